@@ -1,0 +1,262 @@
+// Package badger implements engine.Engine on an embedded Badger database.
+package badger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	bdg "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+
+	"github.com/settdb/sett/engine"
+)
+
+// Options configure the Badger engine.
+type Options struct {
+	// Dir is the data directory. Ignored when InMemory is set.
+	Dir string
+	// InMemory keeps everything in memory (tests and benchmarks only).
+	InMemory bool
+	// Logger receives Badger's warnings and errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// DB is an engine.Engine backed by Badger.
+type DB struct {
+	db *bdg.DB
+}
+
+var _ engine.Engine = (*DB)(nil)
+
+// Open opens (creating if needed) a Badger store.
+//
+// Every commit is fsynced: Badger v4 does not sync by default, and sett
+// acknowledges a write only once it is durable. Conflict detection is off
+// because mvcc's sequencer is the only writer of live keys; Badger's own
+// check would only cost memory and make background compaction deletes
+// abort foreground transactions.
+func Open(o Options) (*DB, error) {
+	opts := bdg.DefaultOptions(o.Dir).
+		WithInMemory(o.InMemory).
+		WithSyncWrites(!o.InMemory).
+		WithDetectConflicts(false).
+		WithNumVersionsToKeep(1).
+		// A small footprint: single-node Kubernetes keeps well under a few
+		// GiB, so smaller memtables, caches and value-log files suffice.
+		WithMemTableSize(64 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithCompression(options.Snappy).
+		WithMetricsEnabled(false).
+		WithLogger(logger{o.Logger})
+	if o.InMemory {
+		opts.Dir, opts.ValueDir = "", ""
+	}
+	db, err := bdg.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Snapshot implements engine.Engine.
+func (d *DB) Snapshot() (engine.Snapshot, error) {
+	if d.db.IsClosed() {
+		return nil, engine.ErrClosed
+	}
+	return &reader{txn: d.db.NewTransaction(false)}, nil
+}
+
+// Begin implements engine.Engine.
+func (d *DB) Begin() (engine.Txn, error) {
+	if d.db.IsClosed() {
+		return nil, engine.ErrClosed
+	}
+	return &txn{reader: reader{txn: d.db.NewTransaction(true)}}, nil
+}
+
+// Size implements engine.Engine.
+func (d *DB) Size() int64 {
+	lsm, vlog := d.db.Size()
+	return lsm + vlog
+}
+
+// Close implements engine.Engine.
+func (d *DB) Close() error { return d.db.Close() }
+
+// GC reclaims value-log space and flattens the LSM tree; it backs
+// Maintenance.Defragment.
+func (d *DB) GC() error {
+	if err := d.db.Flatten(2); err != nil {
+		return fmt.Errorf("flatten: %w", err)
+	}
+	for {
+		err := d.db.RunValueLogGC(0.5)
+		if errors.Is(err, bdg.ErrNoRewrite) || errors.Is(err, bdg.ErrRejected) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("value log gc: %w", err)
+		}
+	}
+}
+
+type reader struct {
+	txn *bdg.Txn
+}
+
+func (r *reader) Get(key []byte) ([]byte, error) {
+	item, err := r.txn.Get(key)
+	if errors.Is(err, bdg.ErrKeyNotFound) {
+		return nil, engine.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get: %w", err)
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, fmt.Errorf("get value: %w", err)
+	}
+	return v, nil
+}
+
+func (r *reader) Iterate(start, end []byte, reverse bool) engine.Iterator {
+	opts := bdg.DefaultIteratorOptions
+	opts.PrefetchValues = false
+	opts.Reverse = reverse
+	it := &iterator{it: r.txn.NewIterator(opts), start: start, end: end, reverse: reverse}
+	if reverse {
+		if len(end) == 0 {
+			// Seek past every key: 0xff repeated is beyond any internal key
+			// sett writes, whose first byte is a small prefix letter.
+			it.it.Seek(bytes.Repeat([]byte{0xff}, 16))
+		} else {
+			it.Seek(end)
+		}
+	} else {
+		it.Seek(start)
+	}
+	return it
+}
+
+func (r *reader) Close() { r.txn.Discard() }
+
+type iterator struct {
+	it         *bdg.Iterator
+	start, end []byte
+	reverse    bool
+}
+
+func (i *iterator) Valid() bool {
+	if !i.it.Valid() {
+		return false
+	}
+	k := i.it.Item().Key()
+	if i.reverse {
+		return bytes.Compare(k, i.start) >= 0
+	}
+	return len(i.end) == 0 || bytes.Compare(k, i.end) < 0
+}
+
+func (i *iterator) Next() { i.it.Next() }
+
+func (i *iterator) Seek(key []byte) {
+	i.it.Seek(key)
+	// In reverse, Badger lands on the last key <= key; the range is
+	// half-open, so step off an exact match of the end bound.
+	if i.reverse && len(i.end) > 0 && i.it.Valid() && bytes.Compare(i.it.Item().Key(), i.end) >= 0 {
+		i.it.Next()
+	}
+}
+
+func (i *iterator) Key() []byte { return i.it.Item().Key() }
+
+func (i *iterator) Value() ([]byte, error) {
+	v, err := i.it.Item().ValueCopy(nil)
+	if err != nil {
+		return nil, fmt.Errorf("iterator value: %w", err)
+	}
+	return v, nil
+}
+
+func (i *iterator) Close() { i.it.Close() }
+
+type txn struct {
+	reader
+	conflict bool
+}
+
+func (t *txn) Put(key, value []byte) error { return mapErr(t.txn.Set(key, value)) }
+
+func (t *txn) Delete(key []byte) error { return mapErr(t.txn.Delete(key)) }
+
+func (t *txn) PutIf(key, value, expect []byte) error {
+	cur, err := t.Get(key)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		if expect != nil {
+			t.conflict = true
+		}
+	case err != nil:
+		return err
+	case expect == nil || !bytes.Equal(cur, expect):
+		t.conflict = true
+	}
+	return t.Put(key, value)
+}
+
+func (t *txn) Commit(ctx context.Context) error {
+	if t.conflict {
+		t.txn.Discard()
+		return engine.ErrConflict
+	}
+	if err := ctx.Err(); err != nil {
+		t.txn.Discard()
+		return err
+	}
+	if err := t.txn.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return nil
+}
+
+func (t *txn) Discard() { t.txn.Discard() }
+
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, bdg.ErrTxnTooBig):
+		return engine.ErrTxnTooBig
+	case errors.Is(err, bdg.ErrDBClosed):
+		return engine.ErrClosed
+	}
+	return err
+}
+
+// logger adapts Badger's printf logger to slog, keeping only what an
+// operator should see.
+type logger struct{ l *slog.Logger }
+
+func (l logger) Errorf(f string, a ...any) {
+	if l.l != nil {
+		l.l.Error(fmt.Sprintf(f, a...), "component", "badger")
+	}
+}
+
+func (l logger) Warningf(f string, a ...any) {
+	if l.l != nil {
+		l.l.Warn(fmt.Sprintf(f, a...), "component", "badger")
+	}
+}
+
+func (l logger) Infof(string, ...any)  {}
+func (l logger) Debugf(string, ...any) {}

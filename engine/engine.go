@@ -1,0 +1,84 @@
+// Package engine defines the narrow storage-engine contract that mvcc is
+// written against. An engine is an ordered byte-key store with snapshot
+// reads and atomic, durable transactions; it knows nothing about revisions.
+//
+// The verbs are chosen so that both an embedded engine (Badger) and a
+// distributed transactional engine (TiKV) fit without changing mvcc: reads
+// see a consistent snapshot, a write transaction reads its own pending
+// writes, and the conditional verb lets a distributed engine turn the
+// single-writer assumption into a checked precondition.
+package engine
+
+import (
+	"context"
+	"errors"
+)
+
+var (
+	// ErrNotFound is returned by Get when the key does not exist.
+	ErrNotFound = errors.New("engine: key not found")
+	// ErrTxnTooBig is returned by a write when the transaction can hold no
+	// more; the caller commits what it has and retries in a new one.
+	ErrTxnTooBig = errors.New("engine: transaction too big")
+	// ErrConflict is returned by Commit when a conditional write found a
+	// value other than the one it expected.
+	ErrConflict = errors.New("engine: conditional write conflict")
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("engine: closed")
+)
+
+// Engine is an ordered key-value store.
+type Engine interface {
+	// Snapshot returns a consistent read view of every committed write.
+	// It must be closed.
+	Snapshot() (Snapshot, error)
+	// Begin starts a write transaction. Its reads see the committed state
+	// as of Begin plus its own pending writes.
+	Begin() (Txn, error)
+	// Size returns the bytes the engine occupies on disk.
+	Size() int64
+	// Close flushes and releases the store.
+	Close() error
+}
+
+// Reader is what a snapshot and a write transaction can both do.
+type Reader interface {
+	// Get returns the value of key, or ErrNotFound. The returned slice is
+	// only valid until the reader is closed.
+	Get(key []byte) ([]byte, error)
+	// Iterate returns an iterator over keys in [start, end), ascending, or
+	// descending when reverse is set. An empty end means no upper bound.
+	Iterate(start, end []byte, reverse bool) Iterator
+}
+
+// Snapshot is a consistent, read-only view.
+type Snapshot interface {
+	Reader
+	Close()
+}
+
+// Txn is an atomic write transaction.
+type Txn interface {
+	Reader
+	Put(key, value []byte) error
+	Delete(key []byte) error
+	// PutIf writes value only if key currently holds expect (nil expect:
+	// the key must not exist). A mismatch fails the whole transaction at
+	// Commit with ErrConflict.
+	PutIf(key, value, expect []byte) error
+	// Commit makes every write durable and visible at once.
+	Commit(ctx context.Context) error
+	// Discard drops the transaction; it is a no-op after Commit.
+	Discard()
+}
+
+// Iterator walks keys in order. Key and Value are valid until Next.
+type Iterator interface {
+	Valid() bool
+	Next()
+	// Seek moves to the first key >= key (<= key when reverse).
+	Seek(key []byte)
+	Key() []byte
+	Value() ([]byte, error)
+	Close()
+}

@@ -1,0 +1,162 @@
+// Command sett is a single-process etcd v3 server that stores everything
+// in Badger.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/urfave/cli/v2"
+
+	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/server"
+)
+
+func main() {
+	if err := app().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "sett:", err)
+		os.Exit(1)
+	}
+}
+
+func app() *cli.App {
+	serve := &cli.Command{
+		Name:   "serve",
+		Usage:  "serve the etcd v3 API (the default command)",
+		Flags:  serveFlags(),
+		Action: runServe,
+	}
+	return &cli.App{
+		Name:  "sett",
+		Usage: "an etcd v3 server for single-node Kubernetes, stored in Badger",
+		// `sett --data-dir x` means `sett serve --data-dir x`, so sett can
+		// stand where an etcd command line stands.
+		Flags:  serveFlags(),
+		Action: runServe,
+		Commands: []*cli.Command{
+			serve,
+			{
+				Name:  "version",
+				Usage: "print the version",
+				Action: func(*cli.Context) error {
+					fmt.Printf("sett (etcd API %s)\n", server.Version)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func serveFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "name", Value: "default", Usage: "member name", EnvVars: []string{"SETT_NAME", "ETCD_NAME"}},
+		&cli.StringFlag{Name: "data-dir", Value: "./sett.data", Usage: "data directory", EnvVars: []string{"SETT_DATA_DIR", "ETCD_DATA_DIR"}},
+		&cli.StringFlag{Name: "listen-client-urls", Value: "http://127.0.0.1:2379", Usage: "comma-separated URLs to serve clients on (http://host:port, unix:///path)", EnvVars: []string{"SETT_LISTEN_CLIENT_URLS", "ETCD_LISTEN_CLIENT_URLS"}},
+		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients", EnvVars: []string{"SETT_ADVERTISE_CLIENT_URLS", "ETCD_ADVERTISE_CLIENT_URLS"}},
+		&cli.IntFlag{Name: "max-request-bytes", Value: 1536 * 1024, Usage: "largest write request accepted", EnvVars: []string{"SETT_MAX_REQUEST_BYTES", "ETCD_MAX_REQUEST_BYTES"}},
+		&cli.IntFlag{Name: "max-txn-ops", Value: 128, Usage: "most operations in one txn", EnvVars: []string{"SETT_MAX_TXN_OPS", "ETCD_MAX_TXN_OPS"}},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"SETT_LOG_LEVEL", "ETCD_LOG_LEVEL"}},
+		&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "text, json, or auto (text on a terminal)", EnvVars: []string{"SETT_LOG_FORMAT"}},
+	}
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	switch format {
+	case "auto":
+		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			format = "text"
+		} else {
+			format = "json"
+		}
+	case "text", "json":
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text, json or auto", format)
+	}
+	if format == "text" {
+		return slog.New(tint.NewHandler(os.Stderr, &tint.Options{Level: lv, TimeFormat: time.TimeOnly})), nil
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv})), nil
+}
+
+func splitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func runServe(c *cli.Context) error {
+	log, err := newLogger(c.String("log-level"), c.String("log-format"))
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	dir, err := filepath.Abs(c.String("data-dir"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+
+	// The first signal stops gracefully; a second one exits at once.
+	ctx, stop := context.WithCancel(c.Context)
+	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		log.Info("stopping", "signal", sig.String())
+		stop()
+		<-sigs
+		log.Warn("second signal, exiting now")
+		os.Exit(1)
+	}()
+
+	db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
+	if err != nil {
+		return err
+	}
+	store, err := mvcc.Open(db, mvcc.Options{Logger: log})
+	if err != nil {
+		db.Close()
+		return err
+	}
+	srv := server.New(server.Config{
+		Name:                c.String("name"),
+		ListenClientURLs:    splitURLs(c.String("listen-client-urls")),
+		AdvertiseClientURLs: splitURLs(c.String("advertise-client-urls")),
+		MaxRequestBytes:     c.Int("max-request-bytes"),
+		MaxTxnOps:           c.Int("max-txn-ops"),
+		DataDir:             dir,
+		Logger:              log,
+	}, store, db)
+	if err = srv.Listen(); err == nil {
+		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev())
+		err = srv.Serve(ctx)
+	}
+	if cerr := store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if cerr := db.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	log.Info("stopped")
+	return err
+}

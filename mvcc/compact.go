@@ -1,0 +1,259 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// Compact records rev as the compact revision and schedules the removal
+// of the history it makes unreachable. With physical set it returns only
+// once that removal is done. The revision does not change.
+func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	resp, err := s.submit(ctx, func(w *writer) (any, error) {
+		switch {
+		case r.Revision <= w.compact:
+			return nil, ErrCompacted
+		case r.Revision > w.begin:
+			return nil, ErrFutureRev
+		}
+		// Durable before it is acknowledged: a restart resumes cleanup.
+		if err := putInt(w.tx, metaCompact, r.Revision); err != nil {
+			return nil, err
+		}
+		w.compact = r.Revision
+		w.hooks = append(w.hooks, s.cleaner.wake)
+		return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: w.begin}}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.Physical {
+		if err := s.cleaner.wait(ctx, r.Revision); err != nil {
+			return nil, err
+		}
+	}
+	return resp.(*pb.CompactionResponse), nil
+}
+
+// cleaner removes compacted history in the background, in bounded
+// batches that go through the sequencer like any write, so foreground
+// writes keep flowing and no removal can race with a write to the same
+// key.
+//
+// The change log tells it what to visit: only keys written since the
+// previous compaction can hold versions the new one makes unreachable, so
+// the work is proportional to the history removed, not to the key space.
+type cleaner struct {
+	s       *Store
+	signal  chan struct{}
+	quit    chan struct{}
+	stopped chan struct{}
+
+	mu      sync.Mutex
+	cleaned int64
+	changed chan struct{} // closed and replaced when cleaned advances
+}
+
+// cleanBatch bounds the change-log entries one cleanup request handles.
+const cleanBatch = 512
+
+func newCleaner(s *Store, cleaned int64) *cleaner {
+	return &cleaner{
+		s:       s,
+		signal:  make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		cleaned: cleaned,
+		changed: make(chan struct{}),
+	}
+}
+
+func (c *cleaner) wake() {
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *cleaner) stop() {
+	close(c.quit)
+	<-c.stopped
+}
+
+// wait returns once history up to rev is removed.
+func (c *cleaner) wait(ctx context.Context, rev int64) error {
+	for {
+		c.mu.Lock()
+		done, changed := c.cleaned >= rev, c.changed
+		c.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.quit:
+			return ErrClosed
+		}
+	}
+}
+
+func (c *cleaner) run() {
+	defer close(c.stopped)
+	c.wake() // resume a cleanup cut short by a restart
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.signal:
+		}
+		target := c.s.compact.Load()
+		c.mu.Lock()
+		from := c.cleaned
+		c.mu.Unlock()
+		if target <= from {
+			continue
+		}
+		if err := c.clean(from, target); err != nil {
+			select {
+			case <-c.quit:
+			default:
+				c.s.log.Error("compaction cleanup failed", "revision", target, "error", err)
+			}
+			continue
+		}
+		c.mu.Lock()
+		c.cleaned = target
+		close(c.changed)
+		c.changed = make(chan struct{})
+		c.mu.Unlock()
+		c.s.log.Debug("compaction done", "revision", target)
+	}
+}
+
+// clean removes what compaction at target makes unreachable among the
+// changes after from, one bounded batch at a time.
+func (c *cleaner) clean(from, target int64) error {
+	start := logKey(max(from, 0)+1, 0)
+	end := logKey(target+1, 0)
+	for {
+		logKeys, raws, err := c.next(start, end)
+		if err != nil {
+			return err
+		}
+		last := len(logKeys) < cleanBatch
+		_, err = c.s.submit(context.Background(), func(w *writer) (any, error) {
+			for _, raw := range raws {
+				if err := w.compactKey(raw, target); err != nil {
+					return nil, err
+				}
+			}
+			for _, k := range logKeys {
+				if err := w.tx.Delete(k); err != nil {
+					return nil, err
+				}
+			}
+			if last {
+				return nil, putInt(w.tx, metaCleaned, target)
+			}
+			return nil, nil
+		})
+		if err != nil || last {
+			return err
+		}
+		start = append(bytes.Clone(logKeys[len(logKeys)-1]), 0)
+	}
+}
+
+// next reads up to cleanBatch change-log keys in [start, end) and the
+// distinct raw keys they name.
+func (c *cleaner) next(start, end []byte) (logKeys, raws [][]byte, err error) {
+	snap, err := c.s.eng.Snapshot()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer snap.Close()
+	it := snap.Iterate(start, end, false)
+	defer it.Close()
+	seen := make(map[string]bool)
+	for ; it.Valid() && len(logKeys) < cleanBatch; it.Next() {
+		logKeys = append(logKeys, bytes.Clone(it.Key()))
+		raw, err := it.Value()
+		if err != nil {
+			return nil, nil, err
+		}
+		if !seen[string(raw)] {
+			seen[string(raw)] = true
+			raws = append(raws, raw)
+		}
+	}
+	return logKeys, raws, nil
+}
+
+// compactKey removes the versions of raw that compaction at target makes
+// unreachable: all but the newest version <= target, and that one too if
+// it is a deletion, together with the index once nothing is left.
+func (w *writer) compactKey(raw []byte, target int64) error {
+	g := groupKey(raw)
+	it := w.tx.Iterate(g, groupEnd(g), false)
+	var drop [][]byte
+	var latest int64
+	kept := false
+	for ; it.Valid(); it.Next() {
+		_, _, rev, err := splitKey(it.Key())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if rev == 0 {
+			b, err := it.Value()
+			if err != nil {
+				it.Close()
+				return err
+			}
+			m, err := decodeMeta(b)
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("index of %q: %w", raw, err)
+			}
+			latest = m.mod
+			continue
+		}
+		if rev > target {
+			continue
+		}
+		if kept {
+			drop = append(drop, bytes.Clone(it.Key()))
+			continue
+		}
+		kept = true
+		b, err := it.Value()
+		if err != nil {
+			it.Close()
+			return err
+		}
+		ver, err := decodeVersion(b)
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if ver.deleted {
+			drop = append(drop, bytes.Clone(it.Key()))
+			if rev == latest {
+				drop = append(drop, indexKey(raw))
+			}
+		}
+	}
+	it.Close()
+	for _, k := range drop {
+		if err := w.tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+
+	"github.com/settdb/sett/engine"
+)
+
+// request is one queued write. apply runs on the sequencer goroutine with
+// a writer positioned at the current revision.
+type request struct {
+	apply func(*writer) (any, error)
+	done  chan result
+}
+
+type result struct {
+	resp any
+	err  error
+}
+
+// semantic errors are decided before a request writes anything, so the
+// request fails alone and the rest of its batch commits.
+func semantic(err error) bool {
+	return errors.Is(err, ErrCompacted) || errors.Is(err, ErrFutureRev) ||
+		errors.Is(err, ErrKeyNotFound) || errors.Is(err, ErrLeaseNotFound)
+}
+
+// submit queues a write and waits for it to be committed. If ctx ends
+// first the write may still commit, as with etcd.
+func (s *Store) submit(ctx context.Context, apply func(*writer) (any, error)) (any, error) {
+	req := &request{apply: apply, done: make(chan result, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	select {
+	case s.queue <- req:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return nil, ctx.Err()
+	}
+	s.mu.RUnlock()
+	select {
+	case res := <-req.done:
+		return res.resp, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// sequence is the single goroutine that owns the revision counter. It
+// takes every queued request, applies them in arrival order into one
+// engine transaction, commits once, and only then publishes the new
+// revision, hands the events to the listener and acknowledges the
+// callers. Concurrent writers therefore share one fsync, and no compare
+// can race with another write.
+func (s *Store) sequence() {
+	defer close(s.done)
+	batch := make([]*request, 0, s.opts.MaxBatch)
+	for req := range s.queue {
+		batch = append(batch[:0], req)
+	fill:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case r, ok := <-s.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		for len(batch) > 0 {
+			batch = batch[s.commit(batch):]
+		}
+	}
+}
+
+// commit applies a prefix of batch in one engine transaction, commits
+// it and answers its requests. It returns how many requests it answered.
+func (s *Store) commit(batch []*request) int {
+	tx, err := s.eng.Begin()
+	if err != nil {
+		return failAll(batch, err)
+	}
+	rev, compact := s.rev.Load(), s.compact.Load()
+	applied := s.applied.Load()
+	results := make([]result, 0, len(batch))
+	type committed struct {
+		rev    int64
+		events []Event
+	}
+	var notify []committed
+	var hooks []func()
+	for i, req := range batch {
+		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.opts.Leases}
+		resp, err := req.apply(w)
+		switch {
+		case errors.Is(err, engine.ErrTxnTooBig):
+			tx.Discard()
+			if i == 0 {
+				req.done <- result{err: ErrTooLarge}
+				return 1
+			}
+			// Everything before this request fitted: commit just that.
+			return s.commit(batch[:i])
+		case err != nil && !semantic(err):
+			tx.Discard()
+			return failAll(batch, err)
+		}
+		results = append(results, result{resp: resp, err: err})
+		if err != nil {
+			continue
+		}
+		applied++
+		compact = w.compact
+		hooks = append(hooks, w.hooks...)
+		if len(w.events) > 0 {
+			rev++
+			notify = append(notify, committed{rev: rev, events: w.events})
+		}
+	}
+	state := binary.BigEndian.AppendUint64(nil, uint64(rev))
+	state = binary.BigEndian.AppendUint64(state, applied)
+	if err := tx.Put(metaState, state); err != nil {
+		tx.Discard()
+		if errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1 {
+			return s.commit(batch[:len(batch)-1])
+		}
+		return failAll(batch, err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		s.log.Error("commit failed", "error", err, "requests", len(batch))
+		return failAll(batch, err)
+	}
+	s.rev.Store(rev)
+	s.compact.Store(compact)
+	s.applied.Store(applied)
+	if s.opts.Listener != nil {
+		for _, c := range notify {
+			s.opts.Listener.Committed(c.rev, c.events)
+		}
+	}
+	for _, h := range hooks {
+		h()
+	}
+	for i, req := range batch {
+		req.done <- results[i]
+	}
+	return len(batch)
+}
+
+func failAll(batch []*request, err error) int {
+	for _, req := range batch {
+		req.done <- result{err: err}
+	}
+	return len(batch)
+}

@@ -1,0 +1,199 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/engine"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Leases answers whether a lease exists; nil means none does.
+	Leases Leases
+	// Listener receives committed events; nil discards them.
+	Listener Listener
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxBatch bounds how many queued write requests one engine commit
+	// takes. Zero means 1024.
+	MaxBatch int
+}
+
+// Store is the MVCC key space. Reads run concurrently on engine
+// snapshots; every write goes through one sequencer goroutine.
+type Store struct {
+	eng  engine.Engine
+	opts Options
+	log  *slog.Logger
+
+	// rev and compact are published by the sequencer after each commit;
+	// readers load compact after opening their snapshot (see snapshotView).
+	rev     atomic.Int64
+	compact atomic.Int64
+	applied atomic.Uint64
+
+	mu     sync.RWMutex // guards closed against sends on queue
+	closed bool
+	queue  chan *request
+	done   chan struct{}
+
+	cleaner *cleaner
+}
+
+// Open recovers the store's state from eng and starts its sequencer and
+// compactor. The store does not own eng: close the store, then eng.
+func Open(eng engine.Engine, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 1024
+	}
+	s := &Store{
+		eng:   eng,
+		opts:  opts,
+		log:   opts.Logger,
+		queue: make(chan *request, opts.MaxBatch),
+		done:  make(chan struct{}),
+	}
+	snap, err := eng.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	defer snap.Close()
+	// A new store is at revision 1 with nothing compacted (-1), as etcd.
+	rev, applied, compact, cleaned := int64(1), uint64(0), int64(-1), int64(-1)
+	if b, err := snap.Get(metaState); err == nil && len(b) == 16 {
+		rev, applied = int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:])
+	} else if !errors.Is(err, engine.ErrNotFound) && err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	if compact, err = readInt(snap, metaCompact, compact); err != nil {
+		return nil, err
+	}
+	if cleaned, err = readInt(snap, metaCleaned, cleaned); err != nil {
+		return nil, err
+	}
+	s.rev.Store(rev)
+	s.applied.Store(applied)
+	s.compact.Store(compact)
+	s.cleaner = newCleaner(s, cleaned)
+	go s.sequence()
+	go s.cleaner.run()
+	s.log.Info("store opened", "revision", rev, "compact_revision", compact)
+	return s, nil
+}
+
+func readInt(r engine.Reader, key []byte, def int64) (int64, error) {
+	b, err := r.Get(key)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return def, nil
+	case err != nil:
+		return 0, fmt.Errorf("read %s: %w", key[1:], err)
+	case len(b) != 8:
+		return 0, fmt.Errorf("read %s: %w", key[1:], errBadRecord)
+	}
+	return int64(binary.BigEndian.Uint64(b)), nil
+}
+
+func putInt(tx engine.Txn, key []byte, v int64) error {
+	return tx.Put(key, binary.BigEndian.AppendUint64(nil, uint64(v)))
+}
+
+// Rev returns the current revision.
+func (s *Store) Rev() int64 { return s.rev.Load() }
+
+// CompactRev returns the compact revision, -1 if never compacted.
+func (s *Store) CompactRev() int64 { return s.compact.Load() }
+
+// AppliedIndex counts the write requests ever committed; it stands in for
+// etcd's raft index.
+func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
+
+// Close stops accepting writes, commits those already queued, waits for
+// the sequencer and compactor to stop, and leaves the engine open.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.done
+	s.cleaner.stop()
+	return nil
+}
+
+// snapshotView opens a consistent read view at the current revision.
+//
+// The revision is loaded before the snapshot is opened, so the snapshot
+// holds at least every write up to it; newer writes it may also hold are
+// invisible because every read is made as of a revision. The compact
+// revision is loaded after, so a compaction whose cleanup the snapshot
+// might already reflect is always seen, and reads below it fail.
+func (s *Store) snapshotView() (*view, func(), error) {
+	rev := s.rev.Load()
+	snap, err := s.eng.Snapshot()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &view{r: snap, rev: rev, compact: s.compact.Load()}, snap.Close, nil
+}
+
+// Range reads keys as etcd's Range does.
+func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	v, done, err := s.snapshotView()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return v.rangeKVs(r)
+}
+
+// Put writes one key.
+func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyPut(r) })
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.PutResponse), nil
+}
+
+// DeleteRange deletes the keys in a range.
+func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyDelete(r) })
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.DeleteRangeResponse), nil
+}
+
+// Txn runs a transaction. One whose branches only read runs on a
+// snapshot; any other goes through the sequencer.
+func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if readOnly(r) {
+		v, done, err := s.snapshotView()
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		w := &writer{compact: v.compact, begin: v.rev, reader: v.r}
+		return w.applyTxn(r)
+	}
+	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyTxn(r) })
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.TxnResponse), nil
+}

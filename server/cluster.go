@@ -1,0 +1,34 @@
+package server
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+type clusterServer struct {
+	pb.UnimplementedClusterServer
+	s *Server
+}
+
+// MemberList answers with this one member, as a single-node etcd does.
+func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	resp := &pb.MemberListResponse{
+		Header: &pb.ResponseHeader{},
+		Members: []*pb.Member{{
+			ID:         c.s.memberID,
+			Name:       c.s.cfg.Name,
+			PeerURLs:   []string{"http://localhost:2380"},
+			ClientURLs: c.s.clientURLs(),
+		}},
+	}
+	c.s.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *Server) clientURLs() []string {
+	if len(s.cfg.AdvertiseClientURLs) > 0 {
+		return s.cfg.AdvertiseClientURLs
+	}
+	return s.cfg.ListenClientURLs
+}

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/settdb/sett/mvcc"
+)
+
+// toGRPC maps an error from below the server to the status etcd sends for
+// it, so clients that test for etcd's errors find them.
+func toGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, mvcc.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, mvcc.ErrFutureRev):
+		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, mvcc.ErrKeyNotFound):
+		return rpctypes.ErrGRPCKeyNotFound
+	case errors.Is(err, mvcc.ErrLeaseNotFound):
+		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, mvcc.ErrTooLarge):
+		return rpctypes.ErrGRPCRequestTooLarge
+	case errors.Is(err, mvcc.ErrClosed):
+		return rpctypes.ErrGRPCStopped
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

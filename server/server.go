@@ -1,0 +1,249 @@
+// Package server serves the etcd v3 gRPC API on top of mvcc: it decodes
+// and validates requests, fills response headers, and maps errors to
+// etcd's codes and messages.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/settdb/sett/mvcc"
+)
+
+// Version is the etcd API version sett implements and reports.
+const Version = "3.7.0"
+
+// grpcOverhead is the slack etcd allows above --max-request-bytes at the
+// gRPC layer, so that a request just over the limit gets etcd's "request
+// is too large" rather than a transport error.
+const grpcOverhead = 512 * 1024
+
+// raftTerm is the term a freshly elected single-node etcd reports.
+const raftTerm = 2
+
+// Config configures a Server.
+type Config struct {
+	// Name is this member's name.
+	Name string
+	// ListenClientURLs are http://host:port or unix://path URLs.
+	ListenClientURLs []string
+	// AdvertiseClientURLs are the URLs reported to clients.
+	AdvertiseClientURLs []string
+	// MaxRequestBytes bounds a write request (etcd's default 1.5 MiB).
+	MaxRequestBytes int
+	// MaxTxnOps bounds the operations in a txn (etcd's default 128).
+	MaxTxnOps int
+	// DataDir is reported in logs only.
+	DataDir string
+	Logger  *slog.Logger
+}
+
+// Store is what the server needs of mvcc.
+type Store interface {
+	Range(context.Context, *pb.RangeRequest) (*pb.RangeResponse, error)
+	Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(context.Context, *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	Txn(context.Context, *pb.TxnRequest) (*pb.TxnResponse, error)
+	Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error)
+	Rev() int64
+	AppliedIndex() uint64
+}
+
+var _ Store = (*mvcc.Store)(nil)
+
+// Sizer reports the bytes the storage engine occupies.
+type Sizer interface{ Size() int64 }
+
+// Server is one sett member.
+type Server struct {
+	cfg       Config
+	store     Store
+	sizer     Sizer
+	election  Election
+	memberID  uint64
+	clusterID uint64
+	log       *slog.Logger
+	grpc      *grpc.Server
+
+	mu        sync.Mutex
+	listeners []net.Listener
+}
+
+// New builds a server over store. sizer reports the database size.
+func New(cfg Config, store Store, sizer Sizer) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 1536 * 1024
+	}
+	if cfg.MaxTxnOps <= 0 {
+		cfg.MaxTxnOps = 128
+	}
+	if cfg.Name == "" {
+		cfg.Name = "default"
+	}
+	s := &Server{
+		cfg:   cfg,
+		store: store,
+		sizer: sizer,
+		log:   cfg.Logger,
+	}
+	// Stable identities derived from the member's name, as etcd derives
+	// them from its configuration, so restarts keep them.
+	s.memberID = hash64("member", cfg.Name)
+	s.clusterID = hash64("cluster", cfg.Name)
+	s.election = alwaysLeader{id: s.memberID}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverhead),
+		grpc.MaxSendMsgSize(1<<31-1),
+		grpc.MaxConcurrentStreams(1<<32-1),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    2 * time.Hour,
+			Timeout: 20 * time.Second,
+		}),
+	)
+	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
+	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
+	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
+	pb.RegisterWatchServer(s.grpc, pb.UnimplementedWatchServer{})
+	pb.RegisterLeaseServer(s.grpc, pb.UnimplementedLeaseServer{})
+	pb.RegisterAuthServer(s.grpc, pb.UnimplementedAuthServer{})
+	return s
+}
+
+func hash64(parts ...string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(parts, "\x00")))
+	// etcd IDs are never zero; zero means "none" in its API.
+	return h.Sum64() | 1
+}
+
+// fill completes a response header as etcd does.
+func (s *Server) fill(h *pb.ResponseHeader) {
+	h.ClusterId = s.clusterID
+	h.MemberId = s.memberID
+	h.RaftTerm = raftTerm
+	if h.Revision == 0 {
+		h.Revision = s.store.Rev()
+	}
+}
+
+// admit applies etcd's size check to a write request.
+func (s *Server) admit(m proto.Message) error {
+	return checkSize(m, s.cfg.MaxRequestBytes)
+}
+
+// Listen opens every client URL. It is separate from Serve so that a
+// caller learns of a busy port before it reports itself ready.
+func (s *Server) Listen() error {
+	for _, raw := range s.cfg.ListenClientURLs {
+		l, err := listen(raw)
+		if err != nil {
+			s.closeListeners()
+			return err
+		}
+		s.mu.Lock()
+		s.listeners = append(s.listeners, l)
+		s.mu.Unlock()
+		s.log.Info("serving client requests", "url", raw, "address", l.Addr().String())
+	}
+	return nil
+}
+
+// Addrs returns the addresses being listened on.
+func (s *Server) Addrs() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []net.Addr
+	for _, l := range s.listeners {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
+func listen(raw string) (net.Listener, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("listen url %q: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "http", "":
+		l, err := net.Listen("tcp", u.Host)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", u.Host, err)
+		}
+		return l, nil
+	case "unix", "unixs":
+		path := u.Host + u.Path
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", path, err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("chmod %s: %w", path, err)
+		}
+		return l, nil
+	}
+	return nil, fmt.Errorf("listen url %q: unsupported scheme %q", raw, u.Scheme)
+}
+
+// Serve serves on the opened listeners until ctx ends, then stops
+// gracefully: in-flight requests finish, streams end.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	ls := append([]net.Listener(nil), s.listeners...)
+	s.mu.Unlock()
+	errc := make(chan error, len(ls))
+	for _, l := range ls {
+		go func() { errc <- s.grpc.Serve(l) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		s.grpc.Stop()
+		return fmt.Errorf("serve: %w", err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.grpc.Stop()
+	}
+	return nil
+}
+
+func (s *Server) closeListeners() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	s.listeners = nil
+}
