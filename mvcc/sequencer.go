@@ -20,13 +20,6 @@ type result struct {
 	err  error
 }
 
-// semantic errors are decided before a request writes anything, so the
-// request fails alone and the rest of its batch commits.
-func semantic(err error) bool {
-	return errors.Is(err, ErrCompacted) || errors.Is(err, ErrFutureRev) ||
-		errors.Is(err, ErrKeyNotFound) || errors.Is(err, ErrLeaseNotFound)
-}
-
 // submit queues a write and waits for it to be committed. If ctx ends
 // first the write may still commit, as with etcd.
 func (s *Store) submit(ctx context.Context, apply func(*writer) (any, error)) (any, error) {
@@ -83,10 +76,14 @@ func (s *Store) sequence() {
 // commit applies a prefix of batch in one engine transaction, commits
 // it and answers its requests. It returns how many requests it answered.
 func (s *Store) commit(batch []*request) int {
-	tx, err := s.eng.Begin()
+	if len(batch) == 0 {
+		return 0
+	}
+	etx, err := s.eng.Begin()
 	if err != nil {
 		return failAll(batch, err)
 	}
+	tx := &trackedTxn{Txn: etx}
 	rev, compact := s.rev.Load(), s.compact.Load()
 	applied := s.applied.Load()
 	results := make([]result, 0, len(batch))
@@ -97,20 +94,26 @@ func (s *Store) commit(batch []*request) int {
 	var notify []committed
 	var hooks []func()
 	for i, req := range batch {
+		tx.dirty = false
 		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.opts.Leases}
 		resp, err := req.apply(w)
 		switch {
 		case errors.Is(err, engine.ErrTxnTooBig):
-			tx.Discard()
+			etx.Discard()
 			if i == 0 {
 				req.done <- result{err: ErrTooLarge}
 				return 1
 			}
-			// Everything before this request fitted: commit just that.
+			// Everything before this request fitted: commit just that,
+			// and retry this one in a transaction of its own.
 			return s.commit(batch[:i])
-		case err != nil && !semantic(err):
-			tx.Discard()
-			return failAll(batch, err)
+		case err != nil && tx.dirty:
+			// The request failed after writing, and its writes cannot be
+			// taken back alone: commit the requests before it without it.
+			etx.Discard()
+			n := s.commit(batch[:i])
+			req.done <- result{err: err}
+			return n + 1
 		}
 		results = append(results, result{resp: resp, err: err})
 		if err != nil {
@@ -127,13 +130,13 @@ func (s *Store) commit(batch []*request) int {
 	state := binary.BigEndian.AppendUint64(nil, uint64(rev))
 	state = binary.BigEndian.AppendUint64(state, applied)
 	if err := tx.Put(metaState, state); err != nil {
-		tx.Discard()
+		etx.Discard()
 		if errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1 {
 			return s.commit(batch[:len(batch)-1])
 		}
 		return failAll(batch, err)
 	}
-	if err := tx.Commit(context.Background()); err != nil {
+	if err := etx.Commit(context.Background()); err != nil {
 		s.log.Error("commit failed", "error", err, "requests", len(batch))
 		return failAll(batch, err)
 	}
@@ -159,4 +162,17 @@ func failAll(batch []*request, err error) int {
 		req.done <- result{err: err}
 	}
 	return len(batch)
+}
+
+// trackedTxn notes whether the current request has written anything.
+type trackedTxn struct {
+	engine.Txn
+	dirty bool
+}
+
+func (t *trackedTxn) Put(k, v []byte) error { t.dirty = true; return t.Txn.Put(k, v) }
+func (t *trackedTxn) Delete(k []byte) error { t.dirty = true; return t.Txn.Delete(k) }
+func (t *trackedTxn) PutIf(k, v, expect []byte) error {
+	t.dirty = true
+	return t.Txn.PutIf(k, v, expect)
 }
