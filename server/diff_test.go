@@ -31,7 +31,7 @@ var diffKeys = [][]byte{
 
 // gen makes random etcd requests over diffKeys.
 type gen struct {
-	r       *rand.Rand
+	r *rand.Rand
 
 	lastRange   *pb.RangeRequest
 	lastPut     *pb.PutRequest

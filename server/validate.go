@@ -174,14 +174,16 @@ func checkOverlaps(ops []*pb.RequestOp) (map[string]bool, []span, error) {
 }
 
 // raftOverhead is what etcd adds around a write request before it checks
-// the size against --max-request-bytes: the internal request header.
-var raftOverhead = proto.Size(&pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 1 << 63}})
+// the size against --max-request-bytes: the internal request header, whose
+// request ID is typically a 9-byte varint.
+var raftOverhead = proto.Size(&pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 1 << 62}})
 
-// checkSize rejects a write larger than maxBytes as etcd does.
+// checkSize rejects a write larger than maxBytes as etcd does: the request
+// is framed as a field of etcd's internal request (a one-byte tag and a
+// length prefix) beside the header.
 func checkSize(m proto.Message, maxBytes int) error {
-	// Field tag (2 bytes for etcd's field numbers) plus length prefix.
 	n := proto.Size(m)
-	if n+raftOverhead+2+sizeVarint(n) > maxBytes {
+	if n+raftOverhead+1+sizeVarint(n) > maxBytes {
 		return rpctypes.ErrGRPCRequestTooLarge
 	}
 	return nil
