@@ -19,6 +19,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/watch"
 )
 
 func main() {
@@ -64,6 +65,9 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients", EnvVars: []string{"SETT_ADVERTISE_CLIENT_URLS", "ETCD_ADVERTISE_CLIENT_URLS"}},
 		&cli.IntFlag{Name: "max-request-bytes", Value: 1536 * 1024, Usage: "largest write request accepted", EnvVars: []string{"SETT_MAX_REQUEST_BYTES", "ETCD_MAX_REQUEST_BYTES"}},
 		&cli.IntFlag{Name: "max-txn-ops", Value: 128, Usage: "most operations in one txn", EnvVars: []string{"SETT_MAX_TXN_OPS", "ETCD_MAX_TXN_OPS"}},
+		&cli.DurationFlag{Name: "watch-progress-notify-interval", Aliases: []string{"experimental-watch-progress-notify-interval"}, Value: 10 * time.Minute, Usage: "how often quiet progress_notify watchers hear the current revision", EnvVars: []string{"SETT_WATCH_PROGRESS_NOTIFY_INTERVAL", "ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL", "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"}},
+		&cli.IntFlag{Name: "watch-ring-events", Value: 100_000, Usage: "most recent events kept in memory for watchers (older ones are read from disk)", EnvVars: []string{"SETT_WATCH_RING_EVENTS"}},
+		&cli.IntFlag{Name: "watch-ring-bytes", Value: 64 << 20, Usage: "most bytes of recent events kept in memory for watchers", EnvVars: []string{"SETT_WATCH_RING_BYTES"}},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"SETT_LOG_LEVEL", "ETCD_LOG_LEVEL"}},
 		&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "text, json, or auto (text on a terminal)", EnvVars: []string{"SETT_LOG_FORMAT"}},
 	}
@@ -133,7 +137,8 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	store, err := mvcc.Open(db, mvcc.Options{Logger: log})
+	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: c.Int("watch-ring-bytes")})
+	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub})
 	if err != nil {
 		db.Close()
 		return err
@@ -144,9 +149,10 @@ func runServe(c *cli.Context) error {
 		AdvertiseClientURLs: splitURLs(c.String("advertise-client-urls")),
 		MaxRequestBytes:     c.Int("max-request-bytes"),
 		MaxTxnOps:           c.Int("max-txn-ops"),
-		DataDir:             dir,
 		Logger:              log,
-	}, store, db)
+
+		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
+	}, store, hub, db)
 	if err = srv.Listen(); err == nil {
 		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev())
 		err = srv.Serve(ctx)

@@ -137,16 +137,24 @@ func (c *cleaner) run() {
 }
 
 // clean removes what compaction at target makes unreachable among the
-// changes after from, one bounded batch at a time.
+// changes since the previous compaction at from, one bounded batch at a
+// time. Change-log entries below target go; those at target stay, since a
+// watch may start at the compact revision.
 func (c *cleaner) clean(from, target int64) error {
-	start := logKey(max(from, 0)+1, 0)
+	start := logKey(max(from, 1), 0)
 	end := logKey(target+1, 0)
 	for {
-		logKeys, raws, err := c.next(start, end)
+		seen, raws, err := c.next(start, end)
 		if err != nil {
 			return err
 		}
-		last := len(logKeys) < cleanBatch
+		last := len(seen) < cleanBatch
+		var logKeys [][]byte
+		for _, k := range seen {
+			if rev, _, _ := splitLogKey(k); rev < target {
+				logKeys = append(logKeys, k)
+			}
+		}
 		_, err = c.s.submit(context.Background(), func(w *writer) (any, error) {
 			for _, raw := range raws {
 				if err := w.compactKey(raw, target); err != nil {
@@ -166,7 +174,7 @@ func (c *cleaner) clean(from, target int64) error {
 		if err != nil || last {
 			return err
 		}
-		start = append(bytes.Clone(logKeys[len(logKeys)-1]), 0)
+		start = append(bytes.Clone(seen[len(seen)-1]), 0)
 	}
 }
 

@@ -73,9 +73,9 @@ func TestCompactRemovesHistory(t *testing.T) {
 	if n := engineKeys(t, db, prefixKey); n != 3 {
 		t.Fatalf("%d internal keys after compaction, want 3", n)
 	}
-	// Only the change at revision 7 is left in the log.
-	if n := engineKeys(t, db, prefixLog); n != 1 {
-		t.Fatalf("%d change-log entries after compaction, want 1", n)
+	// The changes at the compact revision and after stay in the log.
+	if n := engineKeys(t, db, prefixLog); n != 2 {
+		t.Fatalf("%d change-log entries after compaction, want 2", n)
 	}
 	r, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("a"), Revision: 6})
 	if err != nil {

@@ -108,6 +108,7 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 		return nil, err
 	}
 	rev := w.begin + 1
+	var err error
 	for _, kv := range gone {
 		old := meta{mod: kv.ModRevision, create: kv.CreateRevision, version: kv.Version, lease: kv.Lease}
 		if err := w.tx.Put(objectKey(kv.Key, rev), version{deleted: true}.encode()); err != nil {
@@ -119,10 +120,18 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 		if err := w.tx.Put(logKey(rev, len(w.events)), kv.Key); err != nil {
 			return nil, err
 		}
+		prev := kv
+		if kv.ModRevision == rev {
+			// Written earlier in this request: a watcher's previous
+			// key-value is the state before the request, as etcd's.
+			if prev, err = w.view().get(kv.Key, w.begin, true); err != nil {
+				return nil, err
+			}
+		}
 		w.events = append(w.events, Event{
 			Type:   mvccpb.DELETE,
 			KV:     &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev},
-			PrevKV: kv,
+			PrevKV: prev,
 		})
 	}
 	return gone, nil

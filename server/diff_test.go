@@ -12,6 +12,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -186,6 +187,7 @@ func (g *gen) txnReq(depth int) *pb.TxnRequest {
 type target struct {
 	name string
 	kv   pb.KVClient
+	conn *grpc.ClientConn
 }
 
 // call sends one random request and returns its response or error as
@@ -291,7 +293,7 @@ func TestDifferential(t *testing.T) {
 			_, sett := startSett(t, "", server.Config{})
 			// Every seed starts from an empty etcd key space; the revision
 			// carries on, so sett is first brought to the same revision.
-			ref := target{"etcd", pb.NewKVClient(etcd.ActiveConnection())}
+			ref := target{"etcd", pb.NewKVClient(etcd.ActiveConnection()), etcd.ActiveConnection()}
 			if _, err := etcd.Delete(ctx, "\x00", clientv3.WithFromKey()); err != nil {
 				t.Fatal(err)
 			}
@@ -312,7 +314,7 @@ func TestDifferential(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sut := target{"sett", pb.NewKVClient(sett.ActiveConnection())}
+			sut := target{"sett", pb.NewKVClient(sett.ActiveConnection()), sett.ActiveConnection()}
 			compacted = runDiff(ctx, t, seed, ref, sut, compacted, diffOps)
 		})
 	}
@@ -327,7 +329,27 @@ func runDiff(ctx context.Context, t *testing.T, seed int64, ref, sut target, com
 		t.Fatal(err)
 	}
 	g.rev, g.floor = st.Header.Revision, st.Header.Revision
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	refWatch, sutWatch := openWatchLog(wctx, t, ref.conn), openWatchLog(wctx, t, sut.conn)
+	plans := diffWatchPlans(n)
 	for i := range n {
+		created := false
+		for _, p := range plans {
+			if p.at == i {
+				r := p.req(g)
+				refWatch.create(ctx, t, r)
+				sutWatch.create(ctx, t, r)
+				created = true
+			}
+		}
+		if created && i > 0 {
+			// etcd checks a watcher that starts in the past for
+			// compaction only when its sync loop reaches it; let both
+			// servers bring new watchers up to date before going on.
+			refWatch.settle(ctx, t, g.rev)
+			sutWatch.settle(ctx, t, g.rev)
+		}
 		op := g.next()
 		want, wh := g.call(ctx, op, ref)
 		got, _ := g.call(ctx, op, sut)
@@ -341,6 +363,7 @@ func runDiff(ctx context.Context, t *testing.T, seed int64, ref, sut target, com
 			g.compact = max(g.compact, g.lastCompact.Revision)
 		}
 	}
+	compareWatchLogs(ctx, t, seed, g.rev, refWatch, sutWatch)
 	return g.compact
 }
 

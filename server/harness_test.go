@@ -16,6 +16,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/watch"
 )
 
 // instance is a sett served in-process on a loopback port over a real
@@ -44,7 +45,8 @@ func startSett(t testing.TB, dir string, cfg server.Config) (*instance, *clientv
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger()})
+	hub := watch.NewHub(watch.Options{})
+	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func startSett(t testing.TB, dir string, cfg server.Config) (*instance, *clientv
 		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
 	}
 	cfg.Logger = quietLogger()
-	srv := server.New(cfg, store, db)
+	srv := server.New(cfg, store, hub, db)
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

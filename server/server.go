@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/watch"
 )
 
 // Version is the etcd API version sett implements and reports.
@@ -47,9 +48,10 @@ type Config struct {
 	MaxRequestBytes int
 	// MaxTxnOps bounds the operations in a txn (etcd's default 128).
 	MaxTxnOps int
-	// DataDir is reported in logs only.
-	DataDir string
-	Logger  *slog.Logger
+	// WatchProgressNotifyInterval is how often quiet progress_notify
+	// watchers hear the current revision (etcd's default 10 minutes).
+	WatchProgressNotifyInterval time.Duration
+	Logger                      *slog.Logger
 }
 
 // Store is what the server needs of mvcc.
@@ -61,6 +63,8 @@ type Store interface {
 	Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error)
 	Rev() int64
 	AppliedIndex() uint64
+	CompactRev() int64
+	Events(ctx context.Context, from int64, limit int) ([]mvcc.Event, int64, error)
 }
 
 var _ Store = (*mvcc.Store)(nil)
@@ -78,13 +82,15 @@ type Server struct {
 	clusterID uint64
 	log       *slog.Logger
 	grpc      *grpc.Server
+	hub       *watch.Hub
 
 	mu        sync.Mutex
 	listeners []net.Listener
 }
 
-// New builds a server over store. sizer reports the database size.
-func New(cfg Config, store Store, sizer Sizer) *Server {
+// New builds a server over store, whose committed events reach watchers
+// through hub. sizer reports the database size.
+func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -97,10 +103,15 @@ func New(cfg Config, store Store, sizer Sizer) *Server {
 	if cfg.Name == "" {
 		cfg.Name = "default"
 	}
+	if cfg.WatchProgressNotifyInterval == 0 {
+		cfg.WatchProgressNotifyInterval = 10 * time.Minute
+	}
+	hub.Start(store)
 	s := &Server{
 		cfg:   cfg,
 		store: store,
 		sizer: sizer,
+		hub:   hub,
 		log:   cfg.Logger,
 	}
 	// Stable identities derived from the member's name, as etcd derives
@@ -124,7 +135,7 @@ func New(cfg Config, store Store, sizer Sizer) *Server {
 	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
 	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
-	pb.RegisterWatchServer(s.grpc, pb.UnimplementedWatchServer{})
+	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, pb.UnimplementedLeaseServer{})
 	pb.RegisterAuthServer(s.grpc, pb.UnimplementedAuthServer{})
 	return s

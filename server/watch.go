@@ -1,0 +1,334 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/watch"
+)
+
+// invalidWatchID is etcd's watch ID for responses that belong to no
+// watcher: refused creates and stream-wide progress notifications.
+const invalidWatchID = -1
+
+type watchServer struct {
+	pb.UnimplementedWatchServer
+	s *Server
+}
+
+// Watch serves one watch stream: many watchers, each with its own
+// goroutine pulling events from the hub, all sending on the one stream.
+func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher)}
+	defer func() {
+		cancel()
+		st.wg.Wait()
+	}()
+	if iv := ws.s.cfg.WatchProgressNotifyInterval; iv > 0 {
+		st.wg.Add(1)
+		go st.notifyProgress(iv)
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// The client closed its side; etcd keeps sending until the
+			// stream ends.
+			<-ctx.Done()
+			return rpctypes.ErrGRPCWatchCanceled
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return rpctypes.ErrGRPCWatchCanceled
+			}
+			return err
+		}
+		switch {
+		case req.GetCreateRequest() != nil:
+			err = st.create(req.GetCreateRequest())
+		case req.GetCancelRequest() != nil:
+			err = st.cancelWatch(req.GetCancelRequest().WatchId)
+		case req.GetProgressRequest() != nil:
+			st.mu.Lock()
+			st.progressWanted = true
+			st.mu.Unlock()
+			err = st.maybeProgress()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+type watchStream struct {
+	s    *Server
+	hub  *watch.Hub
+	grpc pb.Watch_WatchServer
+	ctx  context.Context
+	wg   sync.WaitGroup
+
+	sendMu sync.Mutex
+
+	mu             sync.Mutex
+	watchers       map[int64]*streamWatcher
+	nextID         int64
+	progressWanted bool
+}
+
+type streamWatcher struct {
+	id             int64
+	w              *watch.Watcher
+	start          int64 // as requested: 0 means from the head
+	prevKV         bool
+	fragment       bool
+	progressNotify bool
+	cancel         context.CancelFunc
+	done           chan struct{}
+	// through is the revision up to which every event of the watcher has
+	// been sent; progress is never reported beyond it.
+	through atomic.Int64
+	// quiet is set at each progress tick and cleared when events are sent.
+	quiet atomic.Bool
+	// ended is set when compaction overtook the watcher. As in etcd it
+	// stays on the stream, never synced, until the client cancels it.
+	ended atomic.Bool
+}
+
+func (st *watchStream) send(r *pb.WatchResponse) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	st.s.fill(r.Header)
+	return st.grpc.Send(r)
+}
+
+func (st *watchStream) header() *pb.ResponseHeader {
+	return &pb.ResponseHeader{Revision: st.hub.Rev()}
+}
+
+func (st *watchStream) refuse(reason string) error {
+	return st.send(&pb.WatchResponse{Header: st.header(), WatchId: invalidWatchID, Created: true, Canceled: true, CancelReason: reason})
+}
+
+func (st *watchStream) create(r *pb.WatchCreateRequest) error {
+	key, end := r.Key, r.RangeEnd
+	if len(key) == 0 {
+		key = []byte{0}
+	}
+	if r.StartRevision < 0 {
+		return st.refuse(mvcc.ErrCompacted.Error())
+	}
+	switch {
+	case len(end) == 0:
+		end = nil
+	case len(end) == 1 && end[0] == 0:
+		end = []byte{}
+	case bytes.Compare(key, end) >= 0:
+		return st.refuse("mvcc: watcher range is empty")
+	}
+	var filter watch.Filter
+	for _, f := range r.Filters {
+		switch f {
+		case pb.WatchCreateRequest_NOPUT:
+			filter |= watch.NoPut
+		case pb.WatchCreateRequest_NODELETE:
+			filter |= watch.NoDelete
+		}
+	}
+	st.mu.Lock()
+	id := r.WatchId
+	if id == 0 {
+		for st.watchers[st.nextID] != nil {
+			st.nextID++
+		}
+		id = st.nextID
+		st.nextID++
+	} else if st.watchers[id] != nil {
+		st.mu.Unlock()
+		return st.refuse("mvcc: duplicate watch ID provided on the WatchStream")
+	}
+	ctx, cancel := context.WithCancel(st.ctx)
+	sw := &streamWatcher{
+		id:             id,
+		w:              st.hub.Watch(key, end, r.StartRevision, filter),
+		start:          r.StartRevision,
+		prevKV:         r.PrevKv,
+		fragment:       r.Fragment,
+		progressNotify: r.ProgressNotify,
+		cancel:         cancel,
+		done:           make(chan struct{}),
+	}
+	sw.through.Store(sw.w.Cursor() - 1)
+	st.watchers[id] = sw
+	st.mu.Unlock()
+	// The created response goes out before the watcher can send events.
+	if err := st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Created: true}); err != nil {
+		cancel()
+		return err
+	}
+	st.wg.Add(1)
+	go st.run(ctx, sw)
+	return nil
+}
+
+func (st *watchStream) cancelWatch(id int64) error {
+	st.mu.Lock()
+	sw := st.watchers[id]
+	delete(st.watchers, id)
+	st.mu.Unlock()
+	if sw == nil {
+		return nil
+	}
+	sw.cancel()
+	<-sw.done
+	return st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Canceled: true})
+}
+
+// run delivers one watcher's events until it is cancelled, the stream
+// ends or its history is compacted away.
+func (st *watchStream) run(ctx context.Context, sw *streamWatcher) {
+	defer st.wg.Done()
+	defer close(sw.done)
+	for {
+		events, through, err := sw.w.Next(ctx)
+		switch {
+		case errors.Is(err, watch.ErrCompacted):
+			sw.ended.Store(true)
+			// As etcd: header revision 0, the compact revision, cancelled.
+			st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{}, WatchId: sw.id, CompactRevision: through, Canceled: true})
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				st.s.log.Error("watch failed", "watch_id", sw.id, "error", err)
+				st.mu.Lock()
+				delete(st.watchers, sw.id)
+				st.mu.Unlock()
+				st.send(&pb.WatchResponse{Header: st.header(), WatchId: sw.id, Canceled: true, CancelReason: err.Error()})
+			}
+			return
+		}
+		if len(events) > 0 {
+			resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: sw.id, Events: sw.convert(events)}
+			if err := st.sendEvents(resp, sw.fragment); err != nil {
+				return
+			}
+			sw.quiet.Store(false)
+		}
+		sw.through.Store(through)
+		if err := st.maybeProgress(); err != nil {
+			return
+		}
+	}
+}
+
+func (sw *streamWatcher) convert(events []mvcc.Event) []*mvccpb.Event {
+	out := make([]*mvccpb.Event, len(events))
+	for i, e := range events {
+		out[i] = &mvccpb.Event{Type: e.Type, Kv: e.KV}
+		// etcd looks up no previous key-value for a create.
+		if sw.prevKV && !(e.Type == mvccpb.PUT && e.KV.CreateRevision == e.KV.ModRevision) {
+			out[i].PrevKv = e.PrevKV
+		}
+	}
+	return out
+}
+
+// sendEvents sends an event response, split into fragments when the
+// watcher asked for that and the response exceeds the message limit.
+func (st *watchStream) sendEvents(r *pb.WatchResponse, fragment bool) error {
+	limit := st.s.cfg.MaxRequestBytes + grpcOverhead
+	if !fragment || len(r.Events) < 2 || proto.Size(r) < limit {
+		return st.send(r)
+	}
+	events := r.Events
+	for len(events) > 0 {
+		part := &pb.WatchResponse{Header: proto.Clone(r.Header).(*pb.ResponseHeader), WatchId: r.WatchId, Fragment: true}
+		n := 0
+		for n < len(events) {
+			part.Events = events[:n+1]
+			if n > 0 && proto.Size(part) >= limit {
+				break
+			}
+			n++
+		}
+		part.Events = events[:n]
+		events = events[n:]
+		part.Fragment = len(events) > 0
+		if err := st.send(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// synced reports whether a watcher has sent everything up to head and
+// its start revision is not in the future, etcd's condition for a
+// progress notification.
+func (sw *streamWatcher) synced(head int64) bool {
+	return !sw.ended.Load() && sw.through.Load() >= head && (sw.start <= 0 || head >= sw.start)
+}
+
+// maybeProgress answers a pending RequestProgress once every watcher of
+// the stream has sent all events up to the current revision, so the
+// notification never runs ahead of events on this stream.
+func (st *watchStream) maybeProgress() error {
+	st.mu.Lock()
+	if !st.progressWanted {
+		st.mu.Unlock()
+		return nil
+	}
+	if len(st.watchers) == 0 {
+		st.progressWanted = false
+		st.mu.Unlock()
+		return nil
+	}
+	head := st.hub.Rev()
+	for _, sw := range st.watchers {
+		if !sw.synced(head) {
+			st.mu.Unlock()
+			return nil
+		}
+	}
+	st.progressWanted = false
+	st.mu.Unlock()
+	return st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: head}, WatchId: invalidWatchID})
+}
+
+// notifyProgress sends each progress_notify watcher that stayed quiet for
+// an interval a notification of the current revision, if it is synced.
+func (st *watchStream) notifyProgress(interval time.Duration) {
+	defer st.wg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-st.ctx.Done():
+			return
+		case <-t.C:
+		}
+		head := st.hub.Rev()
+		st.mu.Lock()
+		var due []int64
+		for id, sw := range st.watchers {
+			if sw.progressNotify && sw.quiet.Swap(true) && sw.synced(head) {
+				due = append(due, id)
+			}
+		}
+		st.mu.Unlock()
+		for _, id := range due {
+			if err := st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: head}, WatchId: id}); err != nil {
+				return
+			}
+		}
+	}
+}
