@@ -10,11 +10,11 @@ build:
 run: build
 	./bin/sett serve --data-dir ./sett.data
 
-# etcdctl, built from etcd's own module at the version sett speaks, for the
-# tests that drive sett the way an operator would.
+# etcdctl, built from etcd's own module at the version pinned in
+# testdata/etcdctl, for the tests that drive sett as an operator would.
 etcdctl: bin/etcdctl
-bin/etcdctl:
-	GOBIN=$(CURDIR)/bin $(GO) install go.etcd.io/etcd/etcdctl/v3@v3.7.3
+bin/etcdctl: testdata/etcdctl/go.mod testdata/etcdctl/go.sum
+	cd testdata/etcdctl && GOWORK=off $(GO) build -o $(CURDIR)/bin/etcdctl go.etcd.io/etcd/etcdctl/v3
 
 test: bin/etcdctl
 	$(GO) vet ./...

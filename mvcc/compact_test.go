@@ -61,7 +61,7 @@ func TestCompactRemovesHistory(t *testing.T) {
 	for _, v := range []string{"1", "2", "3"} {
 		put("a", v) // revisions 2, 3, 4
 	}
-	put("gone", "x") // 5
+	put("gone", "x")                                                                           // 5
 	if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("gone")}); err != nil { // 6
 		t.Fatal(err)
 	}

@@ -22,7 +22,9 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 			ClientURLs: c.s.clientURLs(),
 		}},
 	}
+	// etcd's membership answers carry no revision.
 	c.s.fill(resp.Header)
+	resp.Header.Revision = 0
 	return resp, nil
 }
 

@@ -23,7 +23,9 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftIndex:        idx,
 		RaftTerm:         raftTerm,
 		RaftAppliedIndex: idx,
-		StorageVersion:   "3.6.0",
+		StorageVersion:   storageVersion,
+		DbSizeQuota:      m.s.cfg.QuotaBackendBytes,
+		DowngradeInfo:    &pb.DowngradeInfo{},
 	}
 	m.s.fill(resp.Header)
 	return resp, nil

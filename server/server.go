@@ -28,6 +28,9 @@ import (
 // Version is the etcd API version sett implements and reports.
 const Version = "3.7.0"
 
+// storageVersion is what etcd 3.7 reports as its storage schema version.
+const storageVersion = "3.7.0"
+
 // grpcOverhead is the slack etcd allows above --max-request-bytes at the
 // gRPC layer, so that a request just over the limit gets etcd's "request
 // is too large" rather than a transport error.
@@ -48,6 +51,9 @@ type Config struct {
 	MaxRequestBytes int
 	// MaxTxnOps bounds the operations in a txn (etcd's default 128).
 	MaxTxnOps int
+	// QuotaBackendBytes is the database size quota reported by Status
+	// (etcd's default 2 GiB).
+	QuotaBackendBytes int64
 	// WatchProgressNotifyInterval is how often quiet progress_notify
 	// watchers hear the current revision (etcd's default 10 minutes).
 	WatchProgressNotifyInterval time.Duration
@@ -99,6 +105,9 @@ func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
 	}
 	if cfg.MaxTxnOps <= 0 {
 		cfg.MaxTxnOps = 128
+	}
+	if cfg.QuotaBackendBytes <= 0 {
+		cfg.QuotaBackendBytes = 2 << 30
 	}
 	if cfg.Name == "" {
 		cfg.Name = "default"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	bdg "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -26,7 +27,8 @@ type Options struct {
 
 // DB is an engine.Engine backed by Badger.
 type DB struct {
-	db *bdg.DB
+	db  *bdg.DB
+	dir string // empty in memory
 }
 
 var _ engine.Engine = (*DB)(nil)
@@ -64,7 +66,11 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
-	return &DB{db: db}, nil
+	dir := o.Dir
+	if o.InMemory {
+		dir = ""
+	}
+	return &DB{db: db, dir: dir}, nil
 }
 
 // Snapshot implements engine.Engine.
@@ -83,10 +89,27 @@ func (d *DB) Begin() (engine.Txn, error) {
 	return &txn{reader: reader{txn: d.db.NewTransaction(true)}}, nil
 }
 
-// Size implements engine.Engine.
+// Size implements engine.Engine: the bytes of the files in the data
+// directory. (Badger's own Size reads its metrics, which are off.)
 func (d *DB) Size() int64 {
-	lsm, vlog := d.db.Size()
-	return lsm + vlog
+	if d.dir == "" {
+		var n int64
+		for _, t := range d.db.Tables() {
+			n += int64(t.OnDiskSize)
+		}
+		return n
+	}
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 // Close implements engine.Engine.
