@@ -38,6 +38,12 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // earlier.
 func startSett(t testing.TB, dir string, cfg server.Config) (*instance, *clientv3.Client) {
 	t.Helper()
+	return startSettWith(t, dir, cfg, watch.Options{})
+}
+
+// startSettWith is startSett with the watch hub's options.
+func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options) (*instance, *clientv3.Client) {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -45,7 +51,7 @@ func startSett(t testing.TB, dir string, cfg server.Config) (*instance, *clientv
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := watch.NewHub(watch.Options{})
+	hub := watch.NewHub(wo)
 	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
 	if err != nil {
 		t.Fatal(err)

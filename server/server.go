@@ -92,6 +92,11 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners []net.Listener
+
+	// stopping ends every watch stream when the server stops, so a
+	// graceful stop does not wait on streams that never end by
+	// themselves.
+	stopping chan struct{}
 }
 
 // New builds a server over store, whose committed events reach watchers
@@ -120,8 +125,9 @@ func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
 		cfg:   cfg,
 		store: store,
 		sizer: sizer,
-		hub:   hub,
-		log:   cfg.Logger,
+		hub:      hub,
+		log:      cfg.Logger,
+		stopping: make(chan struct{}),
 	}
 	// Stable identities derived from the member's name, as etcd derives
 	// them from its configuration, so restarts keep them.
@@ -246,6 +252,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.grpc.Stop()
 		return fmt.Errorf("serve: %w", err)
 	}
+	close(s.stopping)
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -31,6 +31,13 @@ type watchServer struct {
 // goroutine pulling events from the hub, all sending on the one stream.
 func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
+	go func() {
+		select {
+		case <-ws.s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher)}
 	defer func() {
 		cancel()
@@ -46,11 +53,11 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 			// The client closed its side; etcd keeps sending until the
 			// stream ends.
 			<-ctx.Done()
-			return rpctypes.ErrGRPCWatchCanceled
+			return ws.endStatus()
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return rpctypes.ErrGRPCWatchCanceled
+				return ws.endStatus()
 			}
 			return err
 		}
@@ -68,6 +75,17 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// endStatus is the status a watch stream ends with: the server stopping,
+// or the client going away.
+func (ws *watchServer) endStatus() error {
+	select {
+	case <-ws.s.stopping:
+		return rpctypes.ErrGRPCStopped
+	default:
+		return rpctypes.ErrGRPCWatchCanceled
 	}
 }
 
