@@ -122,9 +122,9 @@ func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
 	}
 	hub.Start(store)
 	s := &Server{
-		cfg:   cfg,
-		store: store,
-		sizer: sizer,
+		cfg:      cfg,
+		store:    store,
+		sizer:    sizer,
 		hub:      hub,
 		log:      cfg.Logger,
 		stopping: make(chan struct{}),
