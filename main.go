@@ -19,6 +19,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
 
@@ -152,7 +153,7 @@ func runServe(c *cli.Context) error {
 		Logger:              log,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
-	}, store, hub, db)
+	}, store, hub, ttl.New(store, ttl.Options{Logger: log}), db)
 	if err = srv.Listen(); err == nil {
 		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev())
 		err = srv.Serve(ctx)

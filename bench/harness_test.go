@@ -23,6 +23,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
 
@@ -114,7 +115,7 @@ func startSett(dir string) (*system, error) {
 	srv := server.New(server.Config{
 		ListenClientURLs: []string{"http://127.0.0.1:0"},
 		Logger:           quietLogger(),
-	}, store, hub, db)
+	}, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
 	if err := srv.Listen(); err != nil {
 		store.Close()
 		db.Close()

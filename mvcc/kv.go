@@ -58,9 +58,3 @@ type Event struct {
 type Listener interface {
 	Committed(rev int64, events []Event)
 }
-
-// Leases tells the write path which leases exist. A nil Leases means no
-// lease exists, so any put with a lease fails with ErrLeaseNotFound.
-type Leases interface {
-	Exists(id int64) bool
-}

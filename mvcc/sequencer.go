@@ -84,6 +84,15 @@ func (s *Store) commit(batch []*request) int {
 		return failAll(batch, err)
 	}
 	tx := &trackedTxn{Txn: etx}
+	var undos []func()
+	// abort drops the transaction and reverts in-memory state the batch
+	// changed, newest change first.
+	abort := func() {
+		etx.Discard()
+		for i := len(undos) - 1; i >= 0; i-- {
+			undos[i]()
+		}
+	}
 	rev, compact := s.rev.Load(), s.compact.Load()
 	applied := s.applied.Load()
 	results := make([]result, 0, len(batch))
@@ -95,11 +104,11 @@ func (s *Store) commit(batch []*request) int {
 	var hooks []func()
 	for i, req := range batch {
 		tx.dirty = false
-		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.opts.Leases}
+		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos}
 		resp, err := req.apply(w)
 		switch {
 		case errors.Is(err, engine.ErrTxnTooBig):
-			etx.Discard()
+			abort()
 			if i == 0 {
 				req.done <- result{err: ErrTooLarge}
 				return 1
@@ -110,7 +119,7 @@ func (s *Store) commit(batch []*request) int {
 		case err != nil && tx.dirty:
 			// The request failed after writing, and its writes cannot be
 			// taken back alone: commit the requests before it without it.
-			etx.Discard()
+			abort()
 			n := s.commit(batch[:i])
 			req.done <- result{err: err}
 			return n + 1
@@ -130,13 +139,14 @@ func (s *Store) commit(batch []*request) int {
 	state := binary.BigEndian.AppendUint64(nil, uint64(rev))
 	state = binary.BigEndian.AppendUint64(state, applied)
 	if err := tx.Put(metaState, state); err != nil {
-		etx.Discard()
+		abort()
 		if errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1 {
 			return s.commit(batch[:len(batch)-1])
 		}
 		return failAll(batch, err)
 	}
 	if err := etx.Commit(context.Background()); err != nil {
+		abort()
 		s.log.Error("commit failed", "error", err, "requests", len(batch))
 		return failAll(batch, err)
 	}

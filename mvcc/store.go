@@ -16,8 +16,6 @@ import (
 
 // Options configure a Store.
 type Options struct {
-	// Leases answers whether a lease exists; nil means none does.
-	Leases Leases
 	// Listener receives committed events; nil discards them.
 	Listener Listener
 	// Logger defaults to slog.Default().
@@ -46,6 +44,7 @@ type Store struct {
 	done   chan struct{}
 
 	cleaner *cleaner
+	leases  *leaseTable
 }
 
 // Open recovers the store's state from eng and starts its sequencer and
@@ -61,8 +60,9 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		eng:   eng,
 		opts:  opts,
 		log:   opts.Logger,
-		queue: make(chan *request, opts.MaxBatch),
-		done:  make(chan struct{}),
+		queue:  make(chan *request, opts.MaxBatch),
+		done:   make(chan struct{}),
+		leases: newLeaseTable(),
 	}
 	snap, err := eng.Snapshot()
 	if err != nil {
@@ -81,6 +81,9 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 	}
 	if cleaned, err = readInt(snap, metaCleaned, cleaned); err != nil {
 		return nil, err
+	}
+	if err := s.leases.load(snap); err != nil {
+		return nil, fmt.Errorf("load leases: %w", err)
 	}
 	s.rev.Store(rev)
 	s.applied.Store(applied)
@@ -188,7 +191,7 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 			return nil, err
 		}
 		defer done()
-		w := &writer{compact: v.compact, begin: v.rev, reader: v.r}
+		w := &writer{compact: v.compact, begin: v.rev, reader: v.r, leases: s.leases}
 		return w.applyTxn(r)
 	}
 	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyTxn(r) })

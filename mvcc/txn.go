@@ -250,7 +250,7 @@ func (w *writer) checkTxn(v *view, r *pb.TxnRequest, path []bool) (int, error) {
 
 // checkPut resolves the value and lease a put writes.
 func (w *writer) checkPut(v *view, r *pb.PutRequest) ([]byte, int64, error) {
-	if r.Lease != 0 && (w.leases == nil || !w.leases.Exists(r.Lease)) {
+	if r.Lease != 0 && !w.leases.exists(r.Lease) {
 		return nil, 0, ErrLeaseNotFound
 	}
 	val, lease := r.Value, r.Lease

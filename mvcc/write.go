@@ -18,8 +18,11 @@ type writer struct {
 	tx      engine.Txn
 	begin   int64
 	compact int64
-	leases  Leases
+	leases  *leaseTable
 	events  []Event
+	// undos reverts the batch's changes to in-memory state if the batch
+	// does not commit.
+	undos *[]func()
 	// hooks run on the sequencer after the request's batch commits.
 	hooks []func()
 }
@@ -59,7 +62,9 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 	}
 	var prev *mvccpb.KeyValue
 	next := meta{mod: rev, create: rev, version: 1, lease: lease}
+	var oldLease int64
 	if old != nil && !m.deleted {
+		oldLease = m.lease
 		next.create, next.version = m.create, m.version+1
 		prev = m.keyValue(raw)
 		b, err := w.tx.Get(objectKey(raw, m.mod))
@@ -82,6 +87,7 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 	if err := w.tx.Put(logKey(rev, len(w.events)), raw); err != nil {
 		return nil, err
 	}
+	w.moveKey(raw, oldLease, lease)
 	kv := next.keyValue(raw)
 	kv.Value = value
 	w.events = append(w.events, Event{Type: mvccpb.PUT, KV: kv, PrevKV: prev})
@@ -120,6 +126,7 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 		if err := w.tx.Put(logKey(rev, len(w.events)), kv.Key); err != nil {
 			return nil, err
 		}
+		w.moveKey(kv.Key, kv.Lease, 0)
 		prev := kv
 		if kv.ModRevision == rev {
 			// Written earlier in this request: a watcher's previous

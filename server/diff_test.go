@@ -2,13 +2,16 @@ package server_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand"
+	"slices"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,6 +42,7 @@ type gen struct {
 	lastDelete  *pb.DeleteRangeRequest
 	lastTxn     *pb.TxnRequest
 	lastCompact *pb.CompactionRequest
+	lastLease   *leaseOp
 
 	rev     int64 // current revision, as last seen
 	floor   int64 // the revision this run started at; history below it differs
@@ -112,6 +116,9 @@ func (g *gen) rangeReq() *pb.RangeRequest {
 
 func (g *gen) putReq(inTxn bool) *pb.PutRequest {
 	r := &pb.PutRequest{Key: g.key(), Value: g.value(), PrevKv: g.r.Intn(2) == 0}
+	if g.r.Intn(4) == 0 {
+		r.Lease = g.leaseID()
+	}
 	if inTxn {
 		// etcd 3.7 panics on an ignore_value or ignore_lease put of a key
 		// that a delete earlier in the same txn removed; keep them out.
@@ -121,7 +128,7 @@ func (g *gen) putReq(inTxn bool) *pb.PutRequest {
 	case 0:
 		r.IgnoreValue, r.Value = true, nil
 	case 1:
-		r.IgnoreLease = true
+		r.IgnoreLease, r.Lease = true, 0
 	}
 	return r
 }
@@ -190,6 +197,85 @@ type target struct {
 	conn *grpc.ClientConn
 }
 
+func (t target) lease() pb.LeaseClient { return pb.NewLeaseClient(t.conn) }
+
+// leaseOp is one random lease request. Lease IDs are chosen by the
+// request, never by the server, so both servers use the same ones, and
+// TTLs are long enough that nothing expires while requests run.
+type leaseOp struct {
+	kind string // grant, revoke, keepalive, ttl, leases
+	id   int64
+	ttl  int64
+	keys bool
+}
+
+func (g *gen) leaseID() int64 { return int64(g.r.Intn(5)) }
+
+func (g *gen) leaseReq() *leaseOp {
+	op := &leaseOp{id: g.leaseID()}
+	switch n := g.r.Intn(10); {
+	case n < 4:
+		op.kind, op.ttl = "grant", []int64{60, 100, 9000000001}[g.r.Intn(3)]
+	case n < 6:
+		op.kind = "revoke"
+	case n < 7:
+		op.kind = "keepalive"
+	case n < 9:
+		op.kind, op.keys = "ttl", g.r.Intn(2) == 0
+	default:
+		op.kind = "leases"
+	}
+	return op
+}
+
+// callLease sends a lease request. Remaining TTLs depend on timing, so a
+// TimeToLive answer within two seconds of its granted TTL is shown as
+// the granted TTL; etcd lists leases in no particular order, so the IDs
+// are sorted.
+func callLease(ctx context.Context, t target, op *leaseOp) (proto.Message, error) {
+	lc := t.lease()
+	switch op.kind {
+	case "grant":
+		r, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: op.id, TTL: op.ttl})
+		if err == nil && op.id == 0 {
+			r.ID = 0 // chosen by the server: any free ID will do
+		}
+		return r, err
+	case "revoke":
+		return lc.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: op.id})
+	case "keepalive":
+		s, err := lc.LeaseKeepAlive(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer s.CloseSend()
+		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: op.id}); err != nil {
+			return nil, err
+		}
+		return s.Recv()
+	case "ttl":
+		r, err := lc.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: op.id, Keys: op.keys})
+		if err == nil && r.TTL >= r.GrantedTTL-2 && r.TTL <= r.GrantedTTL {
+			r.TTL = r.GrantedTTL
+		}
+		if err == nil {
+			slices.SortFunc(r.Keys, bytes.Compare) // etcd's order is a map's
+		}
+		return r, err
+	default:
+		r, err := lc.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
+		if err == nil {
+			for _, l := range r.Leases {
+				if l.ID > 1000 {
+					l.ID = 0 // one the server chose
+				}
+			}
+			slices.SortFunc(r.Leases, func(a, b *pb.LeaseStatus) int { return cmp.Compare(a.ID, b.ID) })
+		}
+		return r, err
+	}
+}
+
 // call sends one random request and returns its response or error as
 // comparable text.
 func (g *gen) call(ctx context.Context, op int, t target) (string, *pb.ResponseHeader) {
@@ -208,6 +294,8 @@ func (g *gen) call(ctx context.Context, op int, t target) (string, *pb.ResponseH
 		resp, err = t.kv.Txn(ctx, g.lastTxn)
 	case 5:
 		resp, err = t.kv.Compact(ctx, g.lastCompact)
+	case 6:
+		resp, err = callLease(ctx, t, g.lastLease)
 	}
 	if err != nil {
 		s, _ := status.FromError(err)
@@ -252,6 +340,16 @@ func normalize(m proto.Message) *pb.ResponseHeader {
 			clearIDs(r.Header)
 		case *pb.CompactionResponse:
 			clearIDs(r.Header)
+		case *pb.LeaseGrantResponse:
+			clearIDs(r.Header)
+		case *pb.LeaseRevokeResponse:
+			clearIDs(r.Header)
+		case *pb.LeaseKeepAliveResponse:
+			clearIDs(r.Header)
+		case *pb.LeaseTimeToLiveResponse:
+			clearIDs(r.Header)
+		case *pb.LeaseLeasesResponse:
+			clearIDs(r.Header)
 		case *pb.TxnResponse:
 			clearIDs(r.Header)
 			for _, op := range r.Responses {
@@ -294,6 +392,15 @@ func TestDifferential(t *testing.T) {
 			// Every seed starts from an empty etcd key space; the revision
 			// carries on, so sett is first brought to the same revision.
 			ref := target{"etcd", pb.NewKVClient(etcd.ActiveConnection()), etcd.ActiveConnection()}
+			ls, err := etcd.Leases(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range ls.Leases {
+				if _, err := etcd.Revoke(ctx, l.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if _, err := etcd.Delete(ctx, "\x00", clientv3.WithFromKey()); err != nil {
 				t.Fatal(err)
 			}
@@ -363,15 +470,21 @@ func runDiff(ctx context.Context, t *testing.T, seed int64, ref, sut target, com
 			g.compact = max(g.compact, g.lastCompact.Revision)
 		}
 	}
+	if seed <= 2 {
+		g.rev = expireLease(ctx, t, ref, sut)
+	}
 	compareWatchLogs(ctx, t, seed, g.rev, refWatch, sutWatch)
 	return g.compact
 }
 
 func opName(op int) string {
-	return [...]string{"range", "range-stream", "put", "delete", "txn", "compact"}[op]
+	return [...]string{"range", "range-stream", "put", "delete", "txn", "compact", "lease"}[op]
 }
 
 func (g *gen) describe(op int) string {
+	if op == 6 {
+		return fmt.Sprintf("%+v", *g.lastLease)
+	}
 	m := []proto.Message{g.lastRange, g.lastRange, g.lastPut, g.lastDelete, g.lastTxn, g.lastCompact}[op]
 	return prototext.MarshalOptions{Multiline: true}.Format(m)
 }
@@ -394,9 +507,12 @@ func (g *gen) next() int {
 	case n < 70:
 		g.lastDelete = g.deleteReq()
 		return 3
-	case n < 97:
+	case n < 90:
 		g.lastTxn = g.txnReq(0)
 		return 4
+	case n < 97:
+		g.lastLease = g.leaseReq()
+		return 6
 	default:
 		lo := max(g.compact-1, g.floor)
 		g.lastCompact = &pb.CompactionRequest{Revision: lo + g.r.Int63n(g.rev-lo+2), Physical: g.r.Intn(2) == 0}
@@ -414,4 +530,51 @@ var (
 func init() {
 	flag.Int64Var(&diffSeeds, "diff.seeds", diffSeeds, "seeds for TestDifferential")
 	flag.IntVar(&diffOps, "diff.ops", diffOps, "requests per seed for TestDifferential")
+}
+
+// expireLease lets a short lease with keys run out on both servers and
+// returns the revision after: the deletions it causes are then compared
+// in the watch logs. Expiry times differ between servers, so nothing
+// else runs meanwhile.
+func expireLease(ctx context.Context, t *testing.T, ref, sut target) int64 {
+	t.Helper()
+	const id = 99
+	var rev int64
+	for _, tg := range []target{ref, sut} {
+		if _, err := tg.lease().LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 1}); err != nil {
+			t.Fatalf("%s: %v", tg.name, err)
+		}
+		for _, k := range []string{"z", "a/b", "\x00"} {
+			if _, err := tg.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte("expiring"), Lease: id}); err != nil {
+				t.Fatalf("%s: %v", tg.name, err)
+			}
+		}
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for _, tg := range []target{ref, sut} {
+		for {
+			r, err := tg.lease().LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: id})
+			if err != nil {
+				t.Fatalf("%s: %v", tg.name, err)
+			}
+			if r.TTL == -1 {
+				break
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				t.Fatalf("%s: lease did not expire", tg.name)
+			}
+		}
+		r, err := tg.kv.Range(ctx, &pb.RangeRequest{Key: []byte("z")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev != 0 && r.Header.Revision != rev {
+			t.Fatalf("after expiry etcd is at revision %d, sett at %d", rev, r.Header.Revision)
+		}
+		rev = r.Header.Revision
+	}
+	return rev
 }

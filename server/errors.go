@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/ttl"
 )
 
 // toGRPC maps an error from below the server to the status etcd sends for
@@ -35,6 +36,10 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseNotFound
 	case errors.Is(err, mvcc.ErrTooLarge):
 		return rpctypes.ErrGRPCRequestTooLarge
+	case errors.Is(err, mvcc.ErrLeaseExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, ttl.ErrTTLTooLarge):
+		return rpctypes.ErrGRPCLeaseTTLTooLarge
 	case errors.Is(err, mvcc.ErrClosed):
 		return rpctypes.ErrGRPCStopped
 	}

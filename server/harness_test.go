@@ -16,6 +16,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
 
@@ -60,7 +61,7 @@ func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options
 		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
 	}
 	cfg.Logger = quietLogger()
-	srv := server.New(cfg, store, hub, db)
+	srv := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
 
@@ -71,6 +72,7 @@ type Store interface {
 	AppliedIndex() uint64
 	CompactRev() int64
 	Events(ctx context.Context, from int64, limit int) ([]mvcc.Event, int64, error)
+	ttl.Store
 }
 
 var _ Store = (*mvcc.Store)(nil)
@@ -89,6 +91,7 @@ type Server struct {
 	log       *slog.Logger
 	grpc      *grpc.Server
 	hub       *watch.Hub
+	lessor    *ttl.Lessor
 
 	mu        sync.Mutex
 	listeners []net.Listener
@@ -100,8 +103,9 @@ type Server struct {
 }
 
 // New builds a server over store, whose committed events reach watchers
-// through hub. sizer reports the database size.
-func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
+// through hub and whose leases run out as lessor decides. sizer reports
+// the database size.
+func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Sizer) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -126,6 +130,7 @@ func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
 		store:    store,
 		sizer:    sizer,
 		hub:      hub,
+		lessor:   lessor,
 		log:      cfg.Logger,
 		stopping: make(chan struct{}),
 	}
@@ -151,7 +156,7 @@ func New(cfg Config, store Store, hub *watch.Hub, sizer Sizer) *Server {
 	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
 	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
-	pb.RegisterLeaseServer(s.grpc, pb.UnimplementedLeaseServer{})
+	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	pb.RegisterAuthServer(s.grpc, pb.UnimplementedAuthServer{})
 	return s
 }
@@ -242,6 +247,16 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	ls := append([]net.Listener(nil), s.listeners...)
 	s.mu.Unlock()
+	expiry, stopExpiry := context.WithCancel(context.Background())
+	expired := make(chan struct{})
+	go func() {
+		s.lessor.Run(expiry)
+		close(expired)
+	}()
+	defer func() {
+		stopExpiry()
+		<-expired
+	}()
 	errc := make(chan error, len(ls))
 	for _, l := range ls {
 		go func() { errc <- s.grpc.Serve(l) }()

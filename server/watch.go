@@ -40,6 +40,9 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	}()
 	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher)}
 	defer func() {
+		st.mu.Lock()
+		st.closed = true
+		st.mu.Unlock()
 		cancel()
 		st.wg.Wait()
 	}()
@@ -47,18 +50,32 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		st.wg.Add(1)
 		go st.notifyProgress(iv)
 	}
+	// Requests are read on their own goroutine so that the stream ends as
+	// soon as the client goes or the server stops, not at the next read.
+	errc := make(chan error, 1)
+	go func() { errc <- st.serve() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return err
+		}
+		// The client closed its side; etcd keeps sending until the
+		// stream ends.
+		<-ctx.Done()
+	case <-ctx.Done():
+	}
+	return ws.endStatus()
+}
+
+// serve handles the client's requests until it closes its side (nil) or
+// the stream fails.
+func (st *watchStream) serve() error {
 	for {
-		req, err := stream.Recv()
+		req, err := st.grpc.Recv()
 		if errors.Is(err, io.EOF) {
-			// The client closed its side; etcd keeps sending until the
-			// stream ends.
-			<-ctx.Done()
-			return ws.endStatus()
+			return nil
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return ws.endStatus()
-			}
 			return err
 		}
 		switch {
@@ -102,6 +119,7 @@ type watchStream struct {
 	watchers       map[int64]*streamWatcher
 	nextID         int64
 	progressWanted bool
+	closed         bool // no new watcher goroutines once the stream ends
 }
 
 type streamWatcher struct {
@@ -164,6 +182,10 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 		}
 	}
 	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return st.ctx.Err()
+	}
 	id := r.WatchId
 	if id == 0 {
 		for st.watchers[st.nextID] != nil {
@@ -188,13 +210,17 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 	}
 	sw.through.Store(sw.w.Cursor() - 1)
 	st.watchers[id] = sw
+	st.wg.Add(1)
 	st.mu.Unlock()
 	// The created response goes out before the watcher can send events.
 	if err := st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Created: true}); err != nil {
+		st.mu.Lock()
+		delete(st.watchers, id)
+		st.mu.Unlock()
 		cancel()
+		st.wg.Done()
 		return err
 	}
-	st.wg.Add(1)
 	go st.run(ctx, sw)
 	return nil
 }

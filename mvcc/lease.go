@@ -1,0 +1,217 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/engine"
+)
+
+// ErrLeaseExists is returned when granting a lease ID already in use.
+var ErrLeaseExists = errors.New("mvcc: lease already exists")
+
+// Lease is a lease record: its ID and granted TTL in seconds. When it
+// expires is not stored: etcd gives every lease its full TTL again after
+// a restart, and so does sett.
+type Lease struct {
+	ID, TTL int64
+}
+
+// Lease records live under 'l' + BE(id), holding BE(ttl).
+const prefixLease = 'l'
+
+func leaseKey(id int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixLease}, uint64(id))
+}
+
+// leaseTable is the durable lease state in memory: which leases exist and
+// which keys each holds. The sequencer changes it while it applies
+// requests, recording how to undo each change should the batch not
+// commit; readers take mu.
+type leaseTable struct {
+	mu   sync.RWMutex
+	ttl  map[int64]int64
+	keys map[int64]map[string]struct{}
+}
+
+func newLeaseTable() *leaseTable {
+	return &leaseTable{ttl: make(map[int64]int64), keys: make(map[int64]map[string]struct{})}
+}
+
+func (t *leaseTable) exists(id int64) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := t.ttl[id]
+	return ok
+}
+
+func (t *leaseTable) attach(id int64, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ks := t.keys[id]
+	if ks == nil {
+		ks = make(map[string]struct{})
+		t.keys[id] = ks
+	}
+	ks[key] = struct{}{}
+}
+
+func (t *leaseTable) detach(id int64, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.keys[id], key)
+	if len(t.keys[id]) == 0 {
+		delete(t.keys, id)
+	}
+}
+
+func (t *leaseTable) set(id, ttl int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ok {
+		t.ttl[id] = ttl
+	} else {
+		delete(t.ttl, id)
+	}
+}
+
+// load rebuilds the table from the lease records and the index keys.
+func (t *leaseTable) load(r engine.Reader) error {
+	it := r.Iterate([]byte{prefixLease}, []byte{prefixLease + 1}, false)
+	for ; it.Valid(); it.Next() {
+		b, err := it.Value()
+		if err != nil || len(it.Key()) != 9 || len(b) != 8 {
+			it.Close()
+			return fmt.Errorf("lease record %x: %w", it.Key(), errors.Join(err, errBadRecord))
+		}
+		t.ttl[int64(binary.BigEndian.Uint64(it.Key()[1:]))] = int64(binary.BigEndian.Uint64(b))
+	}
+	it.Close()
+	it = r.Iterate([]byte{prefixKey}, []byte{prefixKey + 1}, false)
+	defer it.Close()
+	for it.Valid() {
+		raw, gl, srev, err := splitKey(it.Key())
+		if err != nil {
+			return err
+		}
+		group := bytes.Clone(it.Key()[:gl])
+		if srev == 0 {
+			b, err := it.Value()
+			if err != nil {
+				return err
+			}
+			m, err := decodeMeta(b)
+			if err != nil {
+				return err
+			}
+			if !m.deleted && m.lease != 0 {
+				t.attach(m.lease, string(raw))
+			}
+		}
+		skipGroup(it, group)
+	}
+	return nil
+}
+
+// keysOf returns the keys attached to a lease, sorted.
+func (t *leaseTable) keysOf(id int64) [][]byte {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([][]byte, 0, len(t.keys[id]))
+	for k := range t.keys[id] {
+		out = append(out, []byte(k))
+	}
+	slices.SortFunc(out, bytes.Compare)
+	return out
+}
+
+// Leases returns every lease, in ID order.
+func (s *Store) Leases() []Lease {
+	s.leases.mu.RLock()
+	defer s.leases.mu.RUnlock()
+	out := make([]Lease, 0, len(s.leases.ttl))
+	for id, ttl := range s.leases.ttl {
+		out = append(out, Lease{ID: id, TTL: ttl})
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return cmpInt(a.ID, b.ID) })
+	return out
+}
+
+// LeaseKeys returns the keys attached to lease id, sorted.
+func (s *Store) LeaseKeys(id int64) [][]byte { return s.leases.keysOf(id) }
+
+// GrantLease durably records lease id with ttl. It does not change the
+// revision; it returns the current one.
+func (s *Store) GrantLease(ctx context.Context, id, ttl int64) (int64, error) {
+	resp, err := s.submit(ctx, func(w *writer) (any, error) {
+		if w.leases.exists(id) {
+			return nil, ErrLeaseExists
+		}
+		if err := w.tx.Put(leaseKey(id), binary.BigEndian.AppendUint64(nil, uint64(ttl))); err != nil {
+			return nil, err
+		}
+		w.setLease(id, ttl, true)
+		return w.begin, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resp.(int64), nil
+}
+
+// RevokeLease deletes lease id and every key attached to it, in key
+// order, at one revision (none if it held no keys). It returns the
+// revision after.
+func (s *Store) RevokeLease(ctx context.Context, id int64) (int64, error) {
+	resp, err := s.submit(ctx, func(w *writer) (any, error) {
+		if !w.leases.exists(id) {
+			return nil, ErrLeaseNotFound
+		}
+		for _, k := range w.leases.keysOf(id) {
+			if _, err := w.applyDelete(&pb.DeleteRangeRequest{Key: k}); err != nil {
+				return nil, err
+			}
+		}
+		if err := w.tx.Delete(leaseKey(id)); err != nil {
+			return nil, err
+		}
+		w.setLease(id, 0, false)
+		return w.rev(), nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resp.(int64), nil
+}
+
+// setLease changes the lease table, to be undone if the batch fails.
+func (w *writer) setLease(id, ttl int64, ok bool) {
+	old, had := w.leases.ttl[id] // the sequencer is the only writer
+	w.leases.set(id, ttl, ok)
+	w.undo(func() { w.leases.set(id, old, had) })
+}
+
+// moveKey re-attaches key from lease from to lease to (0 for none).
+func (w *writer) moveKey(key []byte, from, to int64) {
+	if from == to {
+		return
+	}
+	k := string(key)
+	if from != 0 {
+		w.leases.detach(from, k)
+		w.undo(func() { w.leases.attach(from, k) })
+	}
+	if to != 0 {
+		w.leases.attach(to, k)
+		w.undo(func() { w.leases.detach(to, k) })
+	}
+}
+
+func (w *writer) undo(f func()) { *w.undos = append(*w.undos, f) }

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/settdb/sett/mvcc"
+)
+
+type leaseServer struct {
+	pb.UnimplementedLeaseServer
+	s *Server
+}
+
+func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if err := l.s.admit(r); err != nil {
+		return nil, err
+	}
+	id, granted, err := l.s.lessor.Grant(ctx, r.ID, r.TTL)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp := &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{}, ID: id, TTL: granted}
+	l.s.fill(resp.Header)
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	rev, err := l.s.lessor.Revoke(ctx, r.ID)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp := &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	l.s.fill(resp.Header)
+	return resp, nil
+}
+
+// LeaseKeepAlive answers each keep-alive with the renewed TTL, or TTL 0
+// for a lease that does not exist, as etcd does. The stream ends when the
+// client goes or the server stops.
+func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	errc := make(chan error, 1)
+	go func() { errc <- l.keepAlive(stream) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	case <-l.s.stopping:
+		return rpctypes.ErrGRPCStopped
+	}
+}
+
+func (l *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp := &pb.LeaseKeepAliveResponse{Header: &pb.ResponseHeader{}, ID: req.ID}
+		l.s.fill(resp.Header)
+		resp.TTL, err = l.s.lessor.KeepAlive(req.ID)
+		if err != nil && !errors.Is(err, mvcc.ErrLeaseNotFound) {
+			return toGRPC(err)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// LeaseTimeToLive answers TTL -1 for a lease that does not exist.
+func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	granted, remaining, keys, err := l.s.lessor.TimeToLive(r.ID, r.Keys)
+	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: remaining, GrantedTTL: granted, Keys: keys}
+	if errors.Is(err, mvcc.ErrLeaseNotFound) {
+		resp = &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: -1}
+	} else if err != nil {
+		return nil, toGRPC(err)
+	}
+	l.s.fill(resp.Header)
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{}}
+	for _, id := range l.s.lessor.IDs() {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+	}
+	l.s.fill(resp.Header)
+	return resp, nil
+}

@@ -1,0 +1,280 @@
+// Package ttl gives leases their time: grants, keep-alives, remaining
+// TTLs, and expiry. Which leases exist and which keys they hold is mvcc's
+// durable state; this package decides when a lease runs out and then
+// revokes it through mvcc's write path, so its keys are deleted at one
+// revision with delete events, as in etcd.
+package ttl
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/settdb/sett/mvcc"
+)
+
+// MaxTTL is etcd's largest lease TTL, in seconds.
+const MaxTTL = 9_000_000_000
+
+// ErrTTLTooLarge is returned for a grant above MaxTTL.
+var ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
+
+// Store is what leases need of mvcc.
+type Store interface {
+	GrantLease(ctx context.Context, id, ttl int64) (int64, error)
+	RevokeLease(ctx context.Context, id int64) (int64, error)
+	Leases() []mvcc.Lease
+	LeaseKeys(id int64) [][]byte
+}
+
+// Options configure a Lessor.
+type Options struct {
+	// MinTTL is the shortest TTL granted, in seconds; shorter requests
+	// get it. etcd derives it from its election timeout: 2 by default.
+	MinTTL int64
+	// RevokeRate bounds expired leases revoked per second, so that a
+	// burst of expiries leaves room for other writes. Zero means 10000.
+	RevokeRate int
+	Logger     *slog.Logger
+}
+
+// Lessor tracks when each lease expires.
+type Lessor struct {
+	store Store
+	opts  Options
+
+	mu     sync.Mutex
+	leases map[int64]*lease
+	queue  expiryQueue
+	wake   chan struct{}
+}
+
+type lease struct {
+	id, ttl int64
+	expiry  time.Time
+	index   int // in the expiry queue
+	// revoking is set once the lease expired: it can no longer be kept
+	// alive, as in etcd, even while its revocation is under way.
+	revoking bool
+}
+
+// New returns a lessor for the leases the store holds: each gets its full
+// TTL from now, as etcd does after a restart.
+func New(store Store, opts Options) *Lessor {
+	if opts.MinTTL <= 0 {
+		opts.MinTTL = 2
+	}
+	if opts.RevokeRate <= 0 {
+		opts.RevokeRate = 10000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	l := &Lessor{store: store, opts: opts, leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
+	now := time.Now()
+	for _, r := range store.Leases() {
+		l.add(r.ID, max(r.TTL, opts.MinTTL), now)
+	}
+	return l
+}
+
+func (l *Lessor) add(id, ttl int64, now time.Time) {
+	le := &lease{id: id, ttl: ttl, expiry: expiry(now, ttl)}
+	l.leases[id] = le
+	heap.Push(&l.queue, le)
+}
+
+func expiry(now time.Time, ttl int64) time.Time {
+	if ttl > math.MaxInt64/int64(time.Second) {
+		return now.Add(math.MaxInt64)
+	}
+	return now.Add(time.Duration(ttl) * time.Second)
+}
+
+func (l *Lessor) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Grant creates a lease; id 0 picks a free ID. It returns the ID and the
+// TTL granted.
+func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (int64, int64, error) {
+	if ttl > MaxTTL {
+		return 0, 0, ErrTTLTooLarge
+	}
+	ttl = max(ttl, l.opts.MinTTL)
+	for auto := id == 0; ; {
+		if auto {
+			id = rand.Int64N(math.MaxInt64) + 1
+		}
+		_, err := l.store.GrantLease(ctx, id, ttl)
+		if errors.Is(err, mvcc.ErrLeaseExists) && auto {
+			continue
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		break
+	}
+	l.mu.Lock()
+	l.add(id, ttl, time.Now())
+	l.mu.Unlock()
+	l.poke()
+	return id, ttl, nil
+}
+
+// Revoke deletes a lease and its keys, returning the revision after.
+func (l *Lessor) Revoke(ctx context.Context, id int64) (int64, error) {
+	rev, err := l.store.RevokeLease(ctx, id)
+	if err == nil || errors.Is(err, mvcc.ErrLeaseNotFound) {
+		l.forget(id)
+	}
+	return rev, err
+}
+
+func (l *Lessor) forget(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if le := l.leases[id]; le != nil {
+		heap.Remove(&l.queue, le.index)
+		delete(l.leases, id)
+	}
+}
+
+// KeepAlive renews a lease to its full TTL and returns that TTL. A lease
+// unknown or already expired is ErrLeaseNotFound.
+func (l *Lessor) KeepAlive(id int64) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	le := l.leases[id]
+	now := time.Now()
+	if le == nil || le.revoking || !now.Before(le.expiry) {
+		return 0, mvcc.ErrLeaseNotFound
+	}
+	le.expiry = expiry(now, le.ttl)
+	heap.Fix(&l.queue, le.index)
+	return le.ttl, nil
+}
+
+// TimeToLive returns a lease's granted TTL, the whole seconds it has
+// left, and its keys when asked.
+func (l *Lessor) TimeToLive(id int64, withKeys bool) (granted, remaining int64, keys [][]byte, err error) {
+	l.mu.Lock()
+	le := l.leases[id]
+	if le == nil {
+		l.mu.Unlock()
+		return 0, 0, nil, mvcc.ErrLeaseNotFound
+	}
+	granted, remaining = le.ttl, int64(time.Until(le.expiry).Seconds())
+	l.mu.Unlock()
+	if withKeys {
+		keys = l.store.LeaseKeys(id)
+	}
+	return granted, remaining, keys, nil
+}
+
+// IDs returns every lease ID.
+func (l *Lessor) IDs() []int64 {
+	var ids []int64
+	for _, r := range l.store.Leases() {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// Run revokes leases as they expire until ctx ends. Revocations go
+// through the store's write path, at most RevokeRate a second; many in
+// flight at once share group commits.
+func (l *Lessor) Run(ctx context.Context) {
+	const tick = 100 * time.Millisecond
+	perTick := max(1, l.opts.RevokeRate/10)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due := l.due(time.Now(), perTick)
+		if len(due) > 0 {
+			l.revokeAll(ctx, due)
+		}
+		wait := tick
+		if len(due) < perTick {
+			wait = l.untilNext()
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// due returns up to n leases whose time has come. They stay in the queue,
+// pushed back a little, until their revocation removes them.
+func (l *Lessor) due(now time.Time, n int) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []int64
+	for len(ids) < n && l.queue.Len() > 0 && !l.queue[0].expiry.After(now) {
+		le := l.queue[0]
+		ids = append(ids, le.id)
+		le.revoking = true
+		// Retry later should the revocation fail.
+		le.expiry = now.Add(3 * time.Second)
+		heap.Fix(&l.queue, 0)
+	}
+	return ids
+}
+
+func (l *Lessor) untilNext() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queue.Len() == 0 {
+		return time.Hour
+	}
+	return max(time.Until(l.queue[0].expiry), time.Millisecond)
+}
+
+func (l *Lessor) revokeAll(ctx context.Context, ids []int64) {
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := l.Revoke(ctx, id)
+			if err != nil && !errors.Is(err, mvcc.ErrLeaseNotFound) && ctx.Err() == nil {
+				l.opts.Logger.Warn("revoking an expired lease failed", "lease", id, "error", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// expiryQueue is a min-heap of leases by expiry.
+type expiryQueue []*lease
+
+func (q expiryQueue) Len() int           { return len(q) }
+func (q expiryQueue) Less(i, j int) bool { return q[i].expiry.Before(q[j].expiry) }
+func (q expiryQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *expiryQueue) Push(x any) {
+	le := x.(*lease)
+	le.index = len(*q)
+	*q = append(*q, le)
+}
+func (q *expiryQueue) Pop() any {
+	old := *q
+	le := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return le
+}
