@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -985,4 +986,67 @@ func TestEtcdctl(t *testing.T) {
 		}
 	}
 	s.stop()
+}
+
+// TestEtcdctlLease drives leases with etcdctl against sett and etcd. Lease
+// IDs are chosen by each server, so each run's ID is captured from `lease
+// grant` and shown as <lease>.
+func TestEtcdctlLease(t *testing.T) {
+	etcdctl := etcdctlPath(t)
+	etcd := newCtlTarget(t, "etcd", startEtcd(t))
+	s := startChild(t, t.TempDir(), freePort(t))
+	defer s.stop()
+	sett := newCtlTarget(t, "sett", s.addr)
+	granted := regexp.MustCompile(`^lease ([0-9a-f]+) granted with TTL\(100s\)$`)
+	steps := [][]string{
+		{"put", "--lease=ID", "k1", "v1"},
+		{"put", "--lease=ID", "k2", "v2"},
+		{"put", "--lease=123", "k3", "v3"},
+		{"get", "-w", "json", "k1"},
+		{"lease", "timetolive", "ID"},
+		{"lease", "timetolive", "--keys", "ID"},
+		{"lease", "list"},
+		{"lease", "keep-alive", "--once", "ID"},
+		{"put", "--ignore-lease", "k1", "v1-again"},
+		{"put", "k2", "v2-nolease"},
+		{"lease", "timetolive", "--keys", "ID"},
+		{"lease", "revoke", "ID"},
+		{"get", "--prefix", "k"},
+		{"lease", "timetolive", "ID"},
+		{"lease", "keep-alive", "--once", "ID"},
+		{"lease", "revoke", "ID"},
+		{"lease", "list"},
+	}
+	transcript := func(tg ctlTarget) []string {
+		out := tg.run(t, etcdctl, []string{"lease", "grant", "100"}, "")
+		m := granted.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s: lease grant printed %q", tg.name, out)
+		}
+		id := m[1]
+		dec, err := strconv.ParseUint(id, 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := []string{strings.ReplaceAll(out, id, "<lease>")}
+		for _, st := range steps {
+			args := make([]string, len(st))
+			for i, a := range st {
+				args[i] = strings.ReplaceAll(a, "ID", id)
+			}
+			out := tg.run(t, etcdctl, args, "")
+			out = strings.ReplaceAll(out, id, "<lease>")
+			out = strings.ReplaceAll(out, strconv.FormatUint(dec, 10), "<lease>")
+			// Remaining TTLs tick down; anything near 100s is 100s.
+			out = regexp.MustCompile(`remaining\(9[0-9]s\)`).ReplaceAllString(out, "remaining(100s)")
+			lines = append(lines, "$ etcdctl "+strings.Join(st, " ")+"\n"+out)
+		}
+		return lines
+	}
+	want, got := transcript(etcd), transcript(sett)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("sett printed\n%s\nbut etcd printed\n%s", got[i], want[i])
+		}
+	}
 }

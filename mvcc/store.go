@@ -57,9 +57,9 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		opts.MaxBatch = 1024
 	}
 	s := &Store{
-		eng:   eng,
-		opts:  opts,
-		log:   opts.Logger,
+		eng:    eng,
+		opts:   opts,
+		log:    opts.Logger,
 		queue:  make(chan *request, opts.MaxBatch),
 		done:   make(chan struct{}),
 		leases: newLeaseTable(),

@@ -121,3 +121,42 @@ func TestLeasesSurviveRestart(t *testing.T) {
 		t.Fatalf("leases after expiry: %v %v", l, err)
 	}
 }
+
+// TestCompactKeepsLeasedKeys: compaction never removes the current
+// version of a key attached to a live lease, and the lease still holds it.
+func TestCompactKeepsLeasedKeys(t *testing.T) {
+	_, cli := startSett(t, "", server.Config{})
+	ctx := ctxT(t)
+	g, err := cli.Grant(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "held", "v", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	var rev int64
+	for range 5 {
+		p, err := cli.Put(ctx, "other", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = p.Header.Revision
+	}
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cli.Get(ctx, "held")
+	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].Lease != int64(g.ID) {
+		t.Fatalf("leased key after compaction: %v %v", r, err)
+	}
+	ttl, err := cli.TimeToLive(ctx, g.ID, clientv3.WithAttachedKeys())
+	if err != nil || len(ttl.Keys) != 1 {
+		t.Fatalf("lease after compaction: %v %v", ttl, err)
+	}
+	if _, err := cli.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cli.Get(ctx, "held"); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("leased key after revoke: %v %v", r, err)
+	}
+}
