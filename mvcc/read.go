@@ -19,6 +19,8 @@ type view struct {
 	rev int64
 	// compact is the compact revision when the view was taken.
 	compact int64
+	// counts caches range counts between pages; nil inside a write.
+	counts *countCache
 }
 
 // checkRev resolves a requested revision as etcd's range does: future

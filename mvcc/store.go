@@ -45,6 +45,7 @@ type Store struct {
 
 	cleaner *cleaner
 	leases  *leaseTable
+	counts  *countCache
 }
 
 // Open recovers the store's state from eng and starts its sequencer and
@@ -63,6 +64,7 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		queue:  make(chan *request, opts.MaxBatch),
 		done:   make(chan struct{}),
 		leases: newLeaseTable(),
+		counts: newCountCache(),
 	}
 	snap, err := eng.Snapshot()
 	if err != nil {
@@ -151,7 +153,7 @@ func (s *Store) snapshotView() (*view, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &view{r: snap, rev: rev, compact: s.compact.Load()}, snap.Close, nil
+	return &view{r: snap, rev: rev, compact: s.compact.Load(), counts: s.counts}, snap.Close, nil
 }
 
 // Range reads keys as etcd's Range does.

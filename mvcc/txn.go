@@ -42,7 +42,7 @@ func (v *view) rangeKVs(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 			}
 		}
 	case r.CountOnly:
-		count, err = v.count(r.Key, r.RangeEnd, rev)
+		count, err = v.countFrom(r.Key, r.RangeEnd, rev)
 	default:
 		var last []byte
 		err = v.scan(r.Key, r.RangeEnd, rev, !keysOnly, func(kv *mvccpb.KeyValue) bool {
@@ -52,9 +52,18 @@ func (v *view) rangeKVs(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		})
 		count = int64(len(kvs))
 		if err == nil && limit > 0 && int64(len(kvs)) == limit {
-			var rest int64
-			rest, err = v.count(append(bytes.Clone(last), 0), r.RangeEnd, rev)
-			count += rest
+			if n, ok := v.cachedCount(r.Key, r.RangeEnd, rev); ok {
+				count = n
+			} else {
+				var rest int64
+				rest, err = v.count(append(bytes.Clone(last), 0), r.RangeEnd, rev)
+				count += rest
+			}
+		}
+		// Remember what remains after this page for the next one.
+		if err == nil && r.Limit > 0 && limit > 0 && int64(len(kvs)) > r.Limit && v.counts != nil {
+			next := append(bytes.Clone(kvs[r.Limit-1].Key), 0)
+			v.counts.put(countKey{string(next), string(r.RangeEnd), rev}, count-r.Limit)
 		}
 	}
 	if err != nil {
@@ -79,6 +88,22 @@ func (v *view) rangeKVs(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	}
 	resp.Kvs = kvs
 	return resp, nil
+}
+
+// countFrom counts the keys in [key, end) at rev, from the cache when a
+// previous page left the answer there.
+func (v *view) countFrom(key, end []byte, rev int64) (int64, error) {
+	if n, ok := v.cachedCount(key, end, rev); ok {
+		return n, nil
+	}
+	return v.count(key, end, rev)
+}
+
+func (v *view) cachedCount(key, end []byte, rev int64) (int64, bool) {
+	if v.counts == nil {
+		return 0, false
+	}
+	return v.counts.get(countKey{string(key), string(end), rev})
 }
 
 func (v *view) count(key, end []byte, rev int64) (int64, error) {
