@@ -58,22 +58,6 @@ func app() *cli.App {
 	}
 }
 
-func serveFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "name", Value: "default", Usage: "member name", EnvVars: []string{"SETT_NAME", "ETCD_NAME"}},
-		&cli.StringFlag{Name: "data-dir", Value: "./sett.data", Usage: "data directory", EnvVars: []string{"SETT_DATA_DIR", "ETCD_DATA_DIR"}},
-		&cli.StringFlag{Name: "listen-client-urls", Value: "http://127.0.0.1:2379", Usage: "comma-separated URLs to serve clients on (http://host:port, unix:///path)", EnvVars: []string{"SETT_LISTEN_CLIENT_URLS", "ETCD_LISTEN_CLIENT_URLS"}},
-		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients", EnvVars: []string{"SETT_ADVERTISE_CLIENT_URLS", "ETCD_ADVERTISE_CLIENT_URLS"}},
-		&cli.IntFlag{Name: "max-request-bytes", Value: 1536 * 1024, Usage: "largest write request accepted", EnvVars: []string{"SETT_MAX_REQUEST_BYTES", "ETCD_MAX_REQUEST_BYTES"}},
-		&cli.IntFlag{Name: "max-txn-ops", Value: 128, Usage: "most operations in one txn", EnvVars: []string{"SETT_MAX_TXN_OPS", "ETCD_MAX_TXN_OPS"}},
-		&cli.DurationFlag{Name: "watch-progress-notify-interval", Aliases: []string{"experimental-watch-progress-notify-interval"}, Value: 10 * time.Minute, Usage: "how often quiet progress_notify watchers hear the current revision", EnvVars: []string{"SETT_WATCH_PROGRESS_NOTIFY_INTERVAL", "ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL", "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"}},
-		&cli.IntFlag{Name: "watch-ring-events", Value: 100_000, Usage: "most recent events kept in memory for watchers (older ones are read from disk)", EnvVars: []string{"SETT_WATCH_RING_EVENTS"}},
-		&cli.IntFlag{Name: "watch-ring-bytes", Value: 64 << 20, Usage: "most bytes of recent events kept in memory for watchers", EnvVars: []string{"SETT_WATCH_RING_BYTES"}},
-		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"SETT_LOG_LEVEL", "ETCD_LOG_LEVEL"}},
-		&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "text, json, or auto (text on a terminal)", EnvVars: []string{"SETT_LOG_FORMAT"}},
-	}
-}
-
 func newLogger(level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -144,13 +128,34 @@ func runServe(c *cli.Context) error {
 		db.Close()
 		return err
 	}
+	autoCompact, err := mvcc.ParseAutoCompaction(c.String("auto-compaction-mode"), c.String("auto-compaction-retention"))
+	if err != nil {
+		store.Close()
+		db.Close()
+		return err
+	}
+	go store.AutoCompact(ctx, autoCompact)
+	if ignored := ignoredSet(c); len(ignored) > 0 {
+		log.Info("etcd flags not applicable to a single-node sett, ignored", "flags", ignored)
+	}
 	srv := server.New(server.Config{
 		Name:                c.String("name"),
 		ListenClientURLs:    splitURLs(c.String("listen-client-urls")),
 		AdvertiseClientURLs: splitURLs(c.String("advertise-client-urls")),
-		MaxRequestBytes:     c.Int("max-request-bytes"),
-		MaxTxnOps:           c.Int("max-txn-ops"),
-		Logger:              log,
+		ListenMetricsURLs:   splitURLs(c.String("listen-metrics-urls")),
+		TLS: server.TLSFiles{
+			CertFile:       c.String("cert-file"),
+			KeyFile:        c.String("key-file"),
+			TrustedCAFile:  c.String("trusted-ca-file"),
+			ClientCertAuth: c.Bool("client-cert-auth"),
+		},
+		AutoTLS:           c.Bool("auto-tls"),
+		DataDir:           dir,
+		EnablePprof:       c.Bool("enable-pprof"),
+		QuotaBackendBytes: c.Int64("quota-backend-bytes"),
+		MaxRequestBytes:   c.Int("max-request-bytes"),
+		MaxTxnOps:         c.Int("max-txn-ops"),
+		Logger:            log,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
 	}, store, hub, ttl.New(store, ttl.Options{Logger: log}), db)

@@ -82,42 +82,47 @@ func (t *leaseTable) set(id, ttl int64, ok bool) {
 	}
 }
 
-// load rebuilds the table from the lease records and the index keys.
-func (t *leaseTable) load(r engine.Reader) error {
+// load rebuilds the table from the lease records and the index keys, and
+// counts the keys that exist.
+func (t *leaseTable) load(r engine.Reader) (int64, error) {
 	it := r.Iterate([]byte{prefixLease}, []byte{prefixLease + 1}, false)
 	for ; it.Valid(); it.Next() {
 		b, err := it.Value()
 		if err != nil || len(it.Key()) != 9 || len(b) != 8 {
 			it.Close()
-			return fmt.Errorf("lease record %x: %w", it.Key(), errors.Join(err, errBadRecord))
+			return 0, fmt.Errorf("lease record %x: %w", it.Key(), errors.Join(err, errBadRecord))
 		}
 		t.ttl[int64(binary.BigEndian.Uint64(it.Key()[1:]))] = int64(binary.BigEndian.Uint64(b))
 	}
 	it.Close()
 	it = r.Iterate([]byte{prefixKey}, []byte{prefixKey + 1}, false)
 	defer it.Close()
+	var keys int64
 	for it.Valid() {
 		raw, gl, srev, err := splitKey(it.Key())
 		if err != nil {
-			return err
+			return 0, err
 		}
 		group := bytes.Clone(it.Key()[:gl])
 		if srev == 0 {
 			b, err := it.Value()
 			if err != nil {
-				return err
+				return 0, err
 			}
 			m, err := decodeMeta(b)
 			if err != nil {
-				return err
+				return 0, err
 			}
-			if !m.deleted && m.lease != 0 {
-				t.attach(m.lease, string(raw))
+			if !m.deleted {
+				keys++
+				if m.lease != 0 {
+					t.attach(m.lease, string(raw))
+				}
 			}
 		}
 		skipGroup(it, group)
 	}
-	return nil
+	return keys, nil
 }
 
 // keysOf returns the keys attached to a lease, sorted.

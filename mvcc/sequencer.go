@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"github.com/settdb/sett/engine"
 )
@@ -95,6 +96,7 @@ func (s *Store) commit(batch []*request) int {
 	}
 	rev, compact := s.rev.Load(), s.compact.Load()
 	applied := s.applied.Load()
+	var keys int64
 	results := make([]result, 0, len(batch))
 	type committed struct {
 		rev    int64
@@ -129,6 +131,7 @@ func (s *Store) commit(batch []*request) int {
 			continue
 		}
 		applied++
+		keys += w.keys
 		compact = w.compact
 		hooks = append(hooks, w.hooks...)
 		if len(w.events) > 0 {
@@ -145,14 +148,19 @@ func (s *Store) commit(batch []*request) int {
 		}
 		return failAll(batch, err)
 	}
+	start := time.Now()
 	if err := etx.Commit(context.Background()); err != nil {
 		abort()
 		s.log.Error("commit failed", "error", err, "requests", len(batch))
 		return failAll(batch, err)
 	}
+	if o := s.observer.Load(); o != nil {
+		(*o).Committed(len(batch), time.Since(start))
+	}
 	s.rev.Store(rev)
 	s.compact.Store(compact)
 	s.applied.Store(applied)
+	s.keys.Add(keys)
 	if s.opts.Listener != nil {
 		for _, c := range notify {
 			s.opts.Listener.Committed(c.rev, c.events)

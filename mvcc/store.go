@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -37,6 +38,9 @@ type Store struct {
 	rev     atomic.Int64
 	compact atomic.Int64
 	applied atomic.Uint64
+	keys    atomic.Int64 // keys that exist now
+
+	observer atomic.Pointer[Observer]
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -84,9 +88,11 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 	if cleaned, err = readInt(snap, metaCleaned, cleaned); err != nil {
 		return nil, err
 	}
-	if err := s.leases.load(snap); err != nil {
+	keys, err := s.leases.load(snap)
+	if err != nil {
 		return nil, fmt.Errorf("load leases: %w", err)
 	}
+	s.keys.Store(keys)
 	s.rev.Store(rev)
 	s.applied.Store(applied)
 	s.compact.Store(compact)
@@ -123,6 +129,26 @@ func (s *Store) CompactRev() int64 { return s.compact.Load() }
 // AppliedIndex counts the write requests ever committed; it stands in for
 // etcd's raft index.
 func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
+
+// Keys counts the keys that exist at the current revision.
+func (s *Store) Keys() int64 { return s.keys.Load() }
+
+// Observer learns how each group commit went.
+type Observer interface {
+	// Committed reports a batch of write requests and the time its
+	// engine commit took.
+	Committed(requests int, commit time.Duration)
+}
+
+// SetObserver makes o hear of every commit from now on.
+func (s *Store) SetObserver(o Observer) { s.observer.Store(&o) }
+
+// Ping commits an empty write through the sequencer, proving that the
+// write path works end to end.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.submit(ctx, func(*writer) (any, error) { return nil, nil })
+	return err
+}
 
 // Close stops accepting writes, commits those already queued, waits for
 // the sequencer and compactor to stop, and leaves the engine open.

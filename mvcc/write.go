@@ -25,6 +25,8 @@ type writer struct {
 	undos *[]func()
 	// hooks run on the sequencer after the request's batch commits.
 	hooks []func()
+	// keys is how many keys the request created less those it deleted.
+	keys int64
 }
 
 // rev is the current revision as the request sees it: its own revision
@@ -63,7 +65,9 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 	var prev *mvccpb.KeyValue
 	next := meta{mod: rev, create: rev, version: 1, lease: lease}
 	var oldLease int64
-	if old != nil && !m.deleted {
+	if old == nil || m.deleted {
+		w.keys++
+	} else {
 		oldLease = m.lease
 		next.create, next.version = m.create, m.version+1
 		prev = m.keyValue(raw)
@@ -127,6 +131,7 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 			return nil, err
 		}
 		w.moveKey(kv.Key, kv.Lease, 0)
+		w.keys--
 		prev := kv
 		if kv.ModRevision == rev {
 			// Written earlier in this request: a watcher's previous

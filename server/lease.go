@@ -24,6 +24,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if err != nil {
 		return nil, toGRPC(err)
 	}
+	l.s.metrics.leasesGranted.Inc()
 	resp := &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{}, ID: id, TTL: granted}
 	l.s.fill(resp.Header)
 	return resp, nil

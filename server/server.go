@@ -5,13 +5,15 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
-	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +57,15 @@ type Config struct {
 	// QuotaBackendBytes is the database size quota reported by Status
 	// (etcd's default 2 GiB).
 	QuotaBackendBytes int64
+	// ListenMetricsURLs serve only /metrics and the health endpoints.
+	ListenMetricsURLs []string
+	// TLS is the certificate for https and unixs URLs; AutoTLS makes a
+	// self-signed one in DataDir when none is given.
+	TLS     TLSFiles
+	AutoTLS bool
+	DataDir string
+	// EnablePprof serves /debug/pprof on the HTTP endpoints.
+	EnablePprof bool
 	// WatchProgressNotifyInterval is how often quiet progress_notify
 	// watchers hear the current revision (etcd's default 10 minutes).
 	WatchProgressNotifyInterval time.Duration
@@ -72,6 +83,10 @@ type Store interface {
 	AppliedIndex() uint64
 	CompactRev() int64
 	Events(ctx context.Context, from int64, limit int) ([]mvcc.Event, int64, error)
+	// Keys counts the keys that exist now.
+	Keys() int64
+	// Ping commits an empty write: the write path works.
+	Ping(ctx context.Context) error
 	ttl.Store
 }
 
@@ -93,8 +108,15 @@ type Server struct {
 	hub       *watch.Hub
 	lessor    *ttl.Lessor
 
-	mu        sync.Mutex
-	listeners []net.Listener
+	http      http.Handler
+	metrics   *metrics
+	// alarms lists active alarms for the health endpoints; nil: none.
+	alarms func() []string
+	tlsConf   *tls.Config
+
+	mu          sync.Mutex
+	endpoints   []endpoint
+	httpServers []*http.Server
 
 	// stopping ends every watch stream when the server stops, so a
 	// graceful stop does not wait on streams that never end by
@@ -139,7 +161,15 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	s.memberID = hash64("member", cfg.Name)
 	s.clusterID = hash64("cluster", cfg.Name)
 	s.election = alwaysLeader{id: s.memberID}
+	s.metrics = newMetrics(s)
+	if o, ok := store.(interface{ SetObserver(mvcc.Observer) }); ok {
+		o.SetObserver(s.metrics)
+	}
+	s.http = s.handler()
 	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.metrics.unary),
+		grpc.ChainStreamInterceptor(s.metrics.stream),
+		grpc.StatsHandler(byteCounter{s.metrics}),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverhead),
 		grpc.MaxSendMsgSize(1<<31-1),
 		grpc.MaxConcurrentStreams(1<<32-1),
@@ -183,69 +213,88 @@ func (s *Server) admit(m proto.Message) error {
 	return checkSize(m, s.cfg.MaxRequestBytes)
 }
 
-// Listen opens every client URL. It is separate from Serve so that a
-// caller learns of a busy port before it reports itself ready.
+// Listen opens every client and metrics URL. It is separate from Serve so
+// that a caller learns of a busy port before it reports itself ready.
 func (s *Server) Listen() error {
-	for _, raw := range s.cfg.ListenClientURLs {
-		l, err := listen(raw)
+	if s.tlsConf == nil && s.needsTLS() {
+		files := s.cfg.TLS
+		if files.Empty() && s.cfg.AutoTLS {
+			var err error
+			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.cfg.ListenClientURLs))
+			if err != nil {
+				return fmt.Errorf("auto tls: %w", err)
+			}
+			files.ClientCertAuth, files.TrustedCAFile = s.cfg.TLS.ClientCertAuth, s.cfg.TLS.TrustedCAFile
+		}
+		if files.Empty() {
+			return errors.New("https or unixs URLs need --cert-file and --key-file, or --auto-tls")
+		}
+		conf, err := newTLSConfig(files)
 		if err != nil {
-			s.closeListeners()
 			return err
 		}
-		s.mu.Lock()
-		s.listeners = append(s.listeners, l)
-		s.mu.Unlock()
-		s.log.Info("serving client requests", "url", raw, "address", l.Addr().String())
+		s.tlsConf = conf
+	}
+	for _, set := range []struct {
+		urls    []string
+		metrics bool
+	}{{s.cfg.ListenClientURLs, false}, {s.cfg.ListenMetricsURLs, true}} {
+		for _, raw := range set.urls {
+			ep, err := listen(raw)
+			if err != nil {
+				s.closeListeners()
+				return err
+			}
+			ep.metricsOnly = set.metrics
+			s.mu.Lock()
+			s.endpoints = append(s.endpoints, ep)
+			s.mu.Unlock()
+			s.log.Info("listening", "url", raw, "address", ep.l.Addr().String(), "metrics_only", set.metrics)
+		}
 	}
 	return nil
 }
 
-// Addrs returns the addresses being listened on.
+func (s *Server) needsTLS() bool {
+	for _, u := range append(append([]string(nil), s.cfg.ListenClientURLs...), s.cfg.ListenMetricsURLs...) {
+		if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://") {
+			return true
+		}
+	}
+	return false
+}
+
+func hostsOf(urls []string) []string {
+	hosts := []string{"localhost", "127.0.0.1"}
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err == nil {
+			if h := u.Hostname(); h != "" {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	return hosts
+}
+
+// Addrs returns the addresses of the client URLs being listened on.
 func (s *Server) Addrs() []net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []net.Addr
-	for _, l := range s.listeners {
-		out = append(out, l.Addr())
+	for _, ep := range s.endpoints {
+		if !ep.metricsOnly {
+			out = append(out, ep.l.Addr())
+		}
 	}
 	return out
 }
 
-func listen(raw string) (net.Listener, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("listen url %q: %w", raw, err)
-	}
-	switch u.Scheme {
-	case "http", "":
-		l, err := net.Listen("tcp", u.Host)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", u.Host, err)
-		}
-		return l, nil
-	case "unix", "unixs":
-		path := u.Host + u.Path
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
-		}
-		l, err := net.Listen("unix", path)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", path, err)
-		}
-		if err := os.Chmod(path, 0o600); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("chmod %s: %w", path, err)
-		}
-		return l, nil
-	}
-	return nil, fmt.Errorf("listen url %q: unsupported scheme %q", raw, u.Scheme)
-}
-
 // Serve serves on the opened listeners until ctx ends, then stops
-// gracefully: in-flight requests finish, streams end.
+// gracefully: in-flight requests finish, watch and keep-alive streams end,
+// and lease expiry stops.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
-	ls := append([]net.Listener(nil), s.listeners...)
+	eps := append([]endpoint(nil), s.endpoints...)
 	s.mu.Unlock()
 	expiry, stopExpiry := context.WithCancel(context.Background())
 	expired := make(chan struct{})
@@ -257,15 +306,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		stopExpiry()
 		<-expired
 	}()
-	errc := make(chan error, len(ls))
-	for _, l := range ls {
-		go func() { errc <- s.grpc.Serve(l) }()
+	errc := make(chan error, len(eps))
+	for _, ep := range eps {
+		go func() {
+			if ep.metricsOnly {
+				errc <- s.serveMetrics(ep)
+				return
+			}
+			errc <- s.serveEndpoint(ep, s.tlsConf)
+		}()
 	}
+	var err error
 	select {
 	case <-ctx.Done():
-	case err := <-errc:
-		s.grpc.Stop()
-		return fmt.Errorf("serve: %w", err)
+	case err = <-errc:
+		if err != nil {
+			err = fmt.Errorf("serve: %w", err)
+		}
 	}
 	close(s.stopping)
 	stopped := make(chan struct{})
@@ -278,14 +335,37 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-time.After(10 * time.Second):
 		s.grpc.Stop()
 	}
-	return nil
+	s.mu.Lock()
+	servers := s.httpServers
+	s.mu.Unlock()
+	for _, hs := range servers {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		hs.Shutdown(sctx)
+		cancel()
+	}
+	s.closeListeners()
+	return err
+}
+
+// serveMetrics serves only the HTTP endpoints, on --listen-metrics-urls.
+func (s *Server) serveMetrics(ep endpoint) error {
+	hs := &http.Server{Handler: s.http, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}
+	s.trackHTTP(hs)
+	l := ep.l
+	if ep.secure {
+		l = tls.NewListener(l, s.tlsConf)
+	}
+	err := hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
 
 func (s *Server) closeListeners() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.listeners {
-		l.Close()
+	for _, ep := range s.endpoints {
+		ep.l.Close()
 	}
-	s.listeners = nil
 }

@@ -243,6 +243,8 @@ func (st *watchStream) cancelWatch(id int64) error {
 func (st *watchStream) run(ctx context.Context, sw *streamWatcher) {
 	defer st.wg.Done()
 	defer close(sw.done)
+	st.s.metrics.watchers.Inc()
+	defer st.s.metrics.watchers.Dec()
 	for {
 		events, through, err := sw.w.Next(ctx)
 		switch {
@@ -262,6 +264,7 @@ func (st *watchStream) run(ctx context.Context, sw *streamWatcher) {
 			return
 		}
 		if len(events) > 0 {
+			st.s.metrics.watchLag.Observe(float64(st.hub.Rev() - through))
 			resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: sw.id, Events: sw.convert(events)}
 			if err := st.sendEvents(resp, sw.fragment); err != nil {
 				return

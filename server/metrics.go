@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+)
+
+// metrics are one server's Prometheus metrics, named as etcd names them
+// where they mean the same, so existing etcd dashboards work.
+type metrics struct {
+	registry *prometheus.Registry
+
+	started, handled              *prometheus.CounterVec
+	handling                      *prometheus.HistogramVec
+	msgReceived, msgSent          *prometheus.CounterVec
+	bytesReceived, bytesSent      prometheus.Counter
+	commitDuration, batchSize     prometheus.Histogram
+	watchers                      prometheus.Gauge
+	watchLag                      prometheus.Histogram
+	leasesGranted, leasesGone     prometheus.Counter
+	healthSuccess, healthFailures prometheus.Counter
+}
+
+func newMetrics(s *Server) *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{registry: reg}
+	grpcLabels := []string{"grpc_type", "grpc_service", "grpc_method"}
+	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_started_total", Help: "Total number of RPCs started on the server."}, grpcLabels)
+	m.handled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_handled_total", Help: "Total number of RPCs completed on the server, regardless of success or failure."}, append(grpcLabels, "grpc_code"))
+	m.handling = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_server_handling_seconds", Help: "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, grpcLabels)
+	m.msgReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_received_total", Help: "Total number of RPC stream messages received on the server."}, grpcLabels)
+	m.msgSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_sent_total", Help: "Total number of gRPC stream messages sent by the server."}, grpcLabels)
+	m.bytesReceived = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_received_bytes_total", Help: "The total number of bytes received from grpc clients."})
+	m.bytesSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_sent_bytes_total", Help: "The total number of bytes sent to grpc clients."})
+	m.commitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "etcd_disk_backend_commit_duration_seconds", Help: "The latency distributions of commit called by backend.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_sequencer_batch_requests", Help: "Write requests committed together in one engine transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
+	m.watchers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcd_debugging_mvcc_watcher_total", Help: "Total number of watchers."})
+	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_watch_lag_revisions", Help: "How many revisions behind the head a watcher was when it sent events.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)})
+	m.leasesGranted = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_debugging_lease_granted_total", Help: "The total number of granted leases."})
+	m.healthSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_success", Help: "The total number of successful health checks"})
+	m.healthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_failures", Help: "The total number of failed health checks"})
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	size := func() float64 { return float64(s.sizer.Size()) }
+	reg.MustRegister(
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.started, m.handled, m.handling, m.msgReceived, m.msgSent, m.bytesReceived, m.bytesSent,
+		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.leasesGranted,
+		m.healthSuccess, m.healthFailures,
+		gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", func() float64 { return boolf(s.election.Leader() != 0) }),
+		gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", func() float64 { return boolf(s.election.IsLeader()) }),
+		gauge("etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", size),
+		gauge("etcd_mvcc_db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.", size),
+		gauge("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes.", func() float64 { return float64(s.cfg.QuotaBackendBytes) }),
+		gauge("etcd_debugging_mvcc_keys_total", "Total number of keys.", func() float64 { return float64(s.store.Keys()) }),
+		gauge("etcd_debugging_mvcc_current_revision", "The current revision of store.", func() float64 { return float64(s.store.Rev()) }),
+		gauge("etcd_debugging_mvcc_compact_revision", "The revision of the last compaction in store.", func() float64 { return float64(s.store.CompactRev()) }),
+		gauge("etcd_debugging_lease_total", "The number of leases.", func() float64 { return float64(len(s.store.Leases())) }),
+	)
+	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Which version is running. 1 for 'server_version' label with current version."}, []string{"server_version"})
+	version.WithLabelValues(Version).Set(1)
+	reg.MustRegister(version)
+	return m
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Committed implements mvcc.Observer.
+func (m *metrics) Committed(requests int, d time.Duration) {
+	m.batchSize.Observe(float64(requests))
+	m.commitDuration.Observe(d.Seconds())
+}
+
+func splitMethod(full string) (string, string) {
+	full = strings.TrimPrefix(full, "/")
+	if i := strings.Index(full, "/"); i >= 0 {
+		return full[:i], full[i+1:]
+	}
+	return "unknown", full
+}
+
+func (m *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	svc, method := splitMethod(info.FullMethod)
+	m.started.WithLabelValues("unary", svc, method).Inc()
+	m.msgReceived.WithLabelValues("unary", svc, method).Inc()
+	start := time.Now()
+	resp, err := h(ctx, req)
+	m.handled.WithLabelValues("unary", svc, method, status.Code(err).String()).Inc()
+	m.handling.WithLabelValues("unary", svc, method).Observe(time.Since(start).Seconds())
+	if err == nil {
+		m.msgSent.WithLabelValues("unary", svc, method).Inc()
+	}
+	return resp, err
+}
+
+func (m *metrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	svc, method := splitMethod(info.FullMethod)
+	kind := "bidi_stream"
+	switch {
+	case info.IsClientStream && !info.IsServerStream:
+		kind = "client_stream"
+	case !info.IsClientStream && info.IsServerStream:
+		kind = "server_stream"
+	}
+	m.started.WithLabelValues(kind, svc, method).Inc()
+	start := time.Now()
+	err := h(srv, &countedStream{ServerStream: ss, recv: m.msgReceived.WithLabelValues(kind, svc, method), sent: m.msgSent.WithLabelValues(kind, svc, method)})
+	m.handled.WithLabelValues(kind, svc, method, status.Code(err).String()).Inc()
+	m.handling.WithLabelValues(kind, svc, method).Observe(time.Since(start).Seconds())
+	return err
+}
+
+type countedStream struct {
+	grpc.ServerStream
+	recv, sent prometheus.Counter
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.recv.Inc()
+	}
+	return err
+}
+
+func (s *countedStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if err == nil {
+		s.sent.Inc()
+	}
+	return err
+}
+
+// byteCounter counts wire bytes as etcd_network_client_grpc_*_bytes_total.
+type byteCounter struct{ m *metrics }
+
+func (b byteCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (b byteCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (b byteCounter) HandleConn(context.Context, stats.ConnStats)                       {}
+func (b byteCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.InPayload:
+		b.m.bytesReceived.Add(float64(p.WireLength))
+	case *stats.OutPayload:
+		b.m.bytesSent.Add(float64(p.WireLength))
+	}
+}
