@@ -108,11 +108,11 @@ type Server struct {
 	hub       *watch.Hub
 	lessor    *ttl.Lessor
 
-	http      http.Handler
-	metrics   *metrics
+	http    http.Handler
+	metrics *metrics
 	// alarms lists active alarms for the health endpoints; nil: none.
-	alarms func() []string
-	tlsConf   *tls.Config
+	alarms  func() []string
+	tlsConf *tls.Config
 
 	mu          sync.Mutex
 	endpoints   []endpoint
