@@ -56,6 +56,22 @@ type child struct {
 // and stops it at the end of the test if it is still running.
 func startChild(t testing.TB, dir, addr string) *child {
 	t.Helper()
+	c := spawn(t, "serve",
+		"--data-dir", dir,
+		"--listen-client-urls", "http://"+addr,
+		"--name", "default",
+		"--log-format", "json")
+	c.addr = addr
+	cli := newClient(t, addr)
+	defer cli.Close()
+	c.awaitReady(cli)
+	return c
+}
+
+// spawn runs the sett command line with args as a child process, killed
+// at the end of the test if it is still running.
+func spawn(t testing.TB, args ...string) *child {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -65,17 +81,13 @@ func startChild(t testing.TB, dir, addr string) *child {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, "serve",
-		"--data-dir", dir,
-		"--listen-client-urls", "http://"+addr,
-		"--name", "default",
-		"--log-format", "json")
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{t: t, cmd: cmd, addr: addr, logf: logf.Name(), exited: make(chan struct{})}
+	c := &child{t: t, cmd: cmd, logf: logf.Name(), exited: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.exited)
@@ -84,24 +96,27 @@ func startChild(t testing.TB, dir, addr string) *child {
 		c.cmd.Process.Kill()
 		<-c.exited
 	})
+	return c
+}
 
-	cli := newClient(t, addr)
-	defer cli.Close()
+// awaitReady waits until sett answers a read through cli.
+func (c *child) awaitReady(cli *clientv3.Client) {
+	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := cli.Get(ctx, "readiness-probe")
 		cancel()
 		if err == nil {
-			return c
+			return
 		}
 		select {
 		case <-c.exited:
-			t.Fatalf("sett exited before serving (%v):\n%s", c.err, c.logTail())
+			c.t.Fatalf("sett exited before serving (%v):\n%s", c.err, c.logTail())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sett did not answer within 30s: %v\n%s", err, c.logTail())
+			c.t.Fatalf("sett did not answer within 30s: %v\n%s", err, c.logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
