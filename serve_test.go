@@ -261,3 +261,23 @@ func TestUnixSocket(t *testing.T) {
 	}
 	c.stop()
 }
+
+// TestDataDirLocked: a second sett on the same data directory refuses to
+// start, and says why.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	first := startChild(t, dir, freePort(t))
+	second := spawn(t, "serve", "--data-dir", dir, "--listen-client-urls", "http://"+freePort(t), "--log-format", "json")
+	select {
+	case <-second.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second sett on a locked data dir kept running")
+	}
+	if second.err == nil {
+		t.Fatal("a second sett on a locked data dir exited 0")
+	}
+	if log := second.logTail(); !strings.Contains(log, "in use by another process") {
+		t.Fatalf("no clear message:\n%s", log)
+	}
+	first.stop()
+}

@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	bdg "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 
 	"github.com/settdb/sett/engine"
 )
+
+// ErrLocked is returned by Open when another process holds the directory.
+var ErrLocked = errors.New("data directory locked")
 
 // Options configure the Badger engine.
 type Options struct {
@@ -63,6 +67,9 @@ func Open(o Options) (*DB, error) {
 		opts.Dir, opts.ValueDir = "", ""
 	}
 	db, err := bdg.Open(opts)
+	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
+		return nil, fmt.Errorf("data dir %q is in use by another process (is another sett running on it?): %w", o.Dir, ErrLocked)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
