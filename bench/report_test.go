@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stopAll()
 	printRatios(os.Stdout)
+	printWatch(os.Stdout)
 	os.Exit(code)
 }
 
@@ -148,4 +149,73 @@ func num(x float64) string {
 		return fmt.Sprintf("%.1f", x)
 	}
 	return fmt.Sprintf("%.0f", x)
+}
+
+// watchResult is one fan-out run of BenchmarkWatch: latencies over every
+// watcher and event, from Put returned to event received (0 if the event
+// came first), and from Put called.
+type watchResult struct {
+	p50, p99         time.Duration
+	callP50, callP99 time.Duration
+	putP99           time.Duration // the writer's own Put latency
+	rate             float64       // puts per second the writer achieved
+	cpu              time.Duration // process CPU per delivered event
+}
+
+var (
+	watchRows    []string
+	watchResults = map[string]map[string]watchResult{} // row -> system -> run
+)
+
+// recordWatch keeps a fan-out run for the latency table.
+func recordWatch(b *testing.B, s *system, r watchResult) {
+	row := strings.TrimPrefix(strings.TrimSuffix(b.Name(), "/"+s.name), "Benchmark")
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	if watchResults[row] == nil {
+		watchResults[row] = map[string]watchResult{}
+		watchRows = append(watchRows, row)
+	}
+	watchResults[row][s.name] = r
+}
+
+// printWatch writes the latencies of each fan-out that ran on both
+// systems, side by side.
+func printWatch(out io.Writer) {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	us := func(d time.Duration) string { return num(d.Seconds() * 1e6) }
+	ratio := func(a, b time.Duration) string {
+		if b == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+	}
+	var lines []string
+	for _, row := range watchRows {
+		s, okS := watchResults[row]["sett"]
+		e, okE := watchResults[row]["etcd"]
+		if !okS || !okE {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t",
+			row,
+			us(s.p50), us(e.p50), ratio(s.p50, e.p50),
+			us(s.p99), us(e.p99), ratio(s.p99, e.p99),
+			us(s.callP50), us(e.callP50),
+			us(s.callP99), us(e.callP99), ratio(s.callP99, e.callP99),
+			us(s.putP99), us(e.putP99),
+			num(s.cpu.Seconds()*1e6), num(e.cpu.Seconds()*1e6),
+			s.rate, e.rate))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nwatch fan-out vs etcd %s: µs from Put returned (call: from Put called) to event received, over every watcher and event; ratio = sett / etcd, lower is better\n", version.Version)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "benchmark\tsett p50\tetcd p50\tratio\tsett p99\tetcd p99\tratio\tsett call p50\tetcd call p50\tsett call p99\tetcd call p99\tratio\tsett put p99\tetcd put p99\tsett cpu-µs/event\tetcd cpu-µs/event\tsett puts/s\tetcd puts/s\t")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	w.Flush()
 }

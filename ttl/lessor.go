@@ -242,12 +242,19 @@ func (l *Lessor) untilNext() time.Duration {
 	return max(time.Until(l.queue[0].expiry), time.Millisecond)
 }
 
+// revokeInFlight bounds the revocations queued at once, so a burst of
+// expiries shares the sequencer with foreground writes instead of
+// queueing ahead of them.
+const revokeInFlight = 4
+
 func (l *Lessor) revokeAll(ctx context.Context, ids []int64) {
+	sem := make(chan struct{}, revokeInFlight)
 	var wg sync.WaitGroup
 	for _, id := range ids {
+		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			_, err := l.Revoke(ctx, id)
 			if err != nil && !errors.Is(err, mvcc.ErrLeaseNotFound) && ctx.Err() == nil {
 				l.opts.Logger.Warn("revoking an expired lease failed", "lease", id, "error", err)
