@@ -2,9 +2,11 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,14 +40,13 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		case <-ctx.Done():
 		}
 	}()
-	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher)}
+	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher), kick: make(chan struct{}, 1)}
 	defer func() {
-		st.mu.Lock()
-		st.closed = true
-		st.mu.Unlock()
 		cancel()
 		st.wg.Wait()
 	}()
+	st.wg.Add(1)
+	go st.pump()
 	if iv := ws.s.cfg.WatchProgressNotifyInterval; iv > 0 {
 		st.wg.Add(1)
 		go st.notifyProgress(iv)
@@ -114,12 +115,17 @@ type watchStream struct {
 	wg   sync.WaitGroup
 
 	sendMu sync.Mutex
+	// stepMu is held while one watcher's events are read and sent, and by
+	// create and cancel around their answers: a watcher's events never
+	// precede its created response nor follow its canceled one.
+	stepMu sync.Mutex
+	// kick wakes the pump for a new watcher or a progress request.
+	kick chan struct{}
 
 	mu             sync.Mutex
 	watchers       map[int64]*streamWatcher
 	nextID         int64
 	progressWanted bool
-	closed         bool // no new watcher goroutines once the stream ends
 }
 
 type streamWatcher struct {
@@ -129,8 +135,7 @@ type streamWatcher struct {
 	prevKV         bool
 	fragment       bool
 	progressNotify bool
-	cancel         context.CancelFunc
-	done           chan struct{}
+	canceled       bool // under stepMu
 	// through is the revision up to which every event of the watcher has
 	// been sent; progress is never reported beyond it.
 	through atomic.Int64
@@ -181,11 +186,9 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 			filter |= watch.NoDelete
 		}
 	}
+	st.stepMu.Lock()
+	defer st.stepMu.Unlock()
 	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		return st.ctx.Err()
-	}
 	id := r.WatchId
 	if id == 0 {
 		for st.watchers[st.nextID] != nil {
@@ -197,7 +200,6 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 		st.mu.Unlock()
 		return st.refuse("mvcc: duplicate watch ID provided on the WatchStream")
 	}
-	ctx, cancel := context.WithCancel(st.ctx)
 	sw := &streamWatcher{
 		id:             id,
 		w:              st.hub.Watch(key, end, r.StartRevision, filter),
@@ -205,27 +207,28 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 		prevKV:         r.PrevKv,
 		fragment:       r.Fragment,
 		progressNotify: r.ProgressNotify,
-		cancel:         cancel,
-		done:           make(chan struct{}),
 	}
 	sw.through.Store(sw.w.Cursor() - 1)
 	st.watchers[id] = sw
-	st.wg.Add(1)
 	st.mu.Unlock()
-	// The created response goes out before the watcher can send events.
+	st.s.metrics.watchers.Inc()
 	if err := st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Created: true}); err != nil {
-		st.mu.Lock()
-		delete(st.watchers, id)
-		st.mu.Unlock()
-		cancel()
-		st.wg.Done()
 		return err
 	}
-	go st.run(ctx, sw)
+	st.wake()
 	return nil
 }
 
+func (st *watchStream) wake() {
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
 func (st *watchStream) cancelWatch(id int64) error {
+	st.stepMu.Lock()
+	defer st.stepMu.Unlock()
 	st.mu.Lock()
 	sw := st.watchers[id]
 	delete(st.watchers, id)
@@ -233,49 +236,89 @@ func (st *watchStream) cancelWatch(id int64) error {
 	if sw == nil {
 		return nil
 	}
-	sw.cancel()
-	<-sw.done
+	sw.canceled = true
+	st.s.metrics.watchers.Dec()
 	return st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Canceled: true})
 }
 
-// run delivers one watcher's events until it is cancelled, the stream
-// ends or its history is compacted away.
-func (st *watchStream) run(ctx context.Context, sw *streamWatcher) {
+// pump delivers the events of every watcher on the stream, one goroutine
+// for all of them: it visits each watcher that is behind the head, pulls
+// its next events and sends them, back to back, so gRPC can coalesce the
+// writes, then waits for the head to move.
+func (st *watchStream) pump() {
 	defer st.wg.Done()
-	defer close(sw.done)
-	st.s.metrics.watchers.Inc()
-	defer st.s.metrics.watchers.Dec()
+	defer func() {
+		st.mu.Lock()
+		st.s.metrics.watchers.Sub(float64(len(st.watchers)))
+		st.mu.Unlock()
+	}()
 	for {
-		events, through, err := sw.w.Next(ctx)
-		switch {
-		case errors.Is(err, watch.ErrCompacted):
-			sw.ended.Store(true)
-			// As etcd: header revision 0, the compact revision, cancelled.
-			st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{}, WatchId: sw.id, CompactRevision: through, Canceled: true})
-			return
-		case err != nil:
-			if ctx.Err() == nil {
-				st.s.log.Error("watch failed", "watch_id", sw.id, "error", err)
-				st.mu.Lock()
-				delete(st.watchers, sw.id)
-				st.mu.Unlock()
-				st.send(&pb.WatchResponse{Header: st.header(), WatchId: sw.id, Canceled: true, CancelReason: err.Error()})
+		head, changed := st.hub.Head()
+		st.mu.Lock()
+		ready := make([]*streamWatcher, 0, len(st.watchers))
+		for _, sw := range st.watchers {
+			if !sw.ended.Load() && sw.w.Cursor() <= head {
+				ready = append(ready, sw)
 			}
-			return
 		}
-		if len(events) > 0 {
-			st.s.metrics.watchLag.Observe(float64(st.hub.Rev() - through))
-			resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: sw.id, Events: sw.convert(events)}
-			if err := st.sendEvents(resp, sw.fragment); err != nil {
+		st.mu.Unlock()
+		slices.SortFunc(ready, func(a, b *streamWatcher) int { return cmp.Compare(a.id, b.id) })
+		for _, sw := range ready {
+			if err := st.step(sw, head); err != nil {
 				return
 			}
-			sw.quiet.Store(false)
 		}
-		sw.through.Store(through)
 		if err := st.maybeProgress(); err != nil {
 			return
 		}
+		if len(ready) > 0 {
+			continue // a watcher far behind may have more
+		}
+		select {
+		case <-changed:
+		case <-st.kick:
+		case <-st.ctx.Done():
+			return
+		}
 	}
+}
+
+// step sends one watcher's next events, which exist since its cursor is
+// at or below head.
+func (st *watchStream) step(sw *streamWatcher, head int64) error {
+	st.stepMu.Lock()
+	defer st.stepMu.Unlock()
+	if sw.canceled {
+		return nil
+	}
+	events, through, err := sw.w.Next(st.ctx)
+	switch {
+	case errors.Is(err, watch.ErrCompacted):
+		sw.ended.Store(true)
+		// As etcd: header revision 0, the compact revision, cancelled.
+		return st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{}, WatchId: sw.id, CompactRevision: through, Canceled: true})
+	case err != nil:
+		if st.ctx.Err() != nil {
+			return err
+		}
+		st.s.log.Error("watch failed", "watch_id", sw.id, "error", err)
+		st.mu.Lock()
+		delete(st.watchers, sw.id)
+		st.mu.Unlock()
+		sw.canceled = true
+		st.s.metrics.watchers.Dec()
+		return st.send(&pb.WatchResponse{Header: st.header(), WatchId: sw.id, Canceled: true, CancelReason: err.Error()})
+	}
+	if len(events) > 0 {
+		st.s.metrics.watchLag.Observe(float64(head - through))
+		resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: sw.id, Events: sw.convert(events)}
+		if err := st.sendEvents(resp, sw.fragment); err != nil {
+			return err
+		}
+		sw.quiet.Store(false)
+	}
+	sw.through.Store(through)
+	return nil
 }
 
 func (sw *streamWatcher) convert(events []mvcc.Event) []*mvccpb.Event {

@@ -85,6 +85,14 @@ func (h *Hub) Rev() int64 {
 	return h.head
 }
 
+// Head returns the newest committed revision and a channel closed when a
+// newer one is committed.
+func (h *Hub) Head() (int64, <-chan struct{}) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.head, h.changed
+}
+
 // Committed implements mvcc.Listener.
 func (h *Hub) Committed(rev int64, events []mvcc.Event) {
 	size := 0
