@@ -168,7 +168,14 @@ type peekedConn struct {
 	r *bufio.Reader
 }
 
-func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// Read returns the peeked bytes first, then reads the connection directly.
+func (c *peekedConn) Read(p []byte) (int, error) {
+	if c.r != nil && c.r.Buffered() > 0 {
+		return c.r.Read(p)
+	}
+	c.r = nil
+	return c.Conn.Read(p)
+}
 
 type chanListener struct {
 	addr  net.Addr
