@@ -2,7 +2,7 @@ GO ?= go
 # Benchmarks run sett and a real embedded etcd side by side in one process.
 BENCHTIME ?= 2s
 
-.PHONY: build run test bench etcdctl clean
+.PHONY: build run test bench etcdctl clean k8s-storage
 
 build:
 	$(GO) build -o bin/sett .
@@ -22,6 +22,14 @@ test: bin/etcdctl
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem -timeout 30m ./bench/
+
+# Kubernetes' own storage tests (k8s.io/apiserver's pkg/storage/etcd3 and
+# pkg/storage/cacher), run against sett and against an embedded etcd; fails
+# if a test passes against etcd but not against sett. Not part of `test`:
+# it takes several minutes. K8S_RUN, K8S_FLAGS (e.g. -race) and the others
+# that testdata/k8s/run.sh lists narrow or change the run.
+k8s-storage:
+	GO=$(GO) testdata/k8s/run.sh
 
 clean:
 	rm -rf bin

@@ -46,6 +46,7 @@ func app() *cli.App {
 		Action: runServe,
 		Commands: []*cli.Command{
 			serve,
+			snapshotCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

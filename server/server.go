@@ -112,6 +112,7 @@ type Server struct {
 	metrics *metrics
 	// alarms lists active alarms for the health endpoints; nil: none.
 	alarms  func() []string
+	alarm   *alarmSet
 	tlsConf *tls.Config
 
 	mu          sync.Mutex
@@ -161,6 +162,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	s.memberID = hash64("member", cfg.Name)
 	s.clusterID = hash64("cluster", cfg.Name)
 	s.election = alwaysLeader{id: s.memberID}
+	s.alarm = newAlarmSet(s)
 	s.metrics = newMetrics(s)
 	if o, ok := store.(interface{ SetObserver(mvcc.Observer) }); ok {
 		o.SetObserver(s.metrics)
@@ -208,8 +210,12 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 	}
 }
 
-// admit applies etcd's size check to a write request.
+// admit applies etcd's quota and alarm checks, then its size check, to
+// a write request.
 func (s *Server) admit(m proto.Message) error {
+	if err := s.alarm.admit(m); err != nil {
+		return err
+	}
 	return checkSize(m, s.cfg.MaxRequestBytes)
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
 	bdg "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -33,6 +34,13 @@ type Options struct {
 type DB struct {
 	db  *bdg.DB
 	dir string // empty in memory
+
+	// gate lets GC hold commits off while it flushes the memtables:
+	// Badger refuses writes during that step instead of queueing them.
+	// Commits take it shared, the flush exclusively.
+	gate sync.RWMutex
+	// gc runs one GC at a time.
+	gc sync.Mutex
 }
 
 var _ engine.Engine = (*DB)(nil)
@@ -93,11 +101,15 @@ func (d *DB) Begin() (engine.Txn, error) {
 	if d.db.IsClosed() {
 		return nil, engine.ErrClosed
 	}
-	return &txn{reader: reader{txn: d.db.NewTransaction(true)}}, nil
+	return &txn{reader: reader{txn: d.db.NewTransaction(true)}, gate: &d.gate}, nil
 }
 
-// Size implements engine.Engine: the bytes of the files in the data
-// directory. (Badger's own Size reads its metrics, which are off.)
+// Size implements engine.Engine: the bytes the files of the data
+// directory occupy on disk. Badger creates its write-ahead and value-log
+// files sparse at twice their target size (128 MiB each here), so their
+// apparent length says nothing about the data; the blocks allocated to
+// them do, and they grow with every write and shrink when GC removes
+// files. (Badger's own Size reads its metrics, which are off.)
 func (d *DB) Size() int64 {
 	if d.dir == "" {
 		var n int64
@@ -113,7 +125,7 @@ func (d *DB) Size() int64 {
 	var n int64
 	for _, e := range entries {
 		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
+			n += diskUsage(fi)
 		}
 	}
 	return n
@@ -122,21 +134,55 @@ func (d *DB) Size() int64 {
 // Close implements engine.Engine.
 func (d *DB) Close() error { return d.db.Close() }
 
-// GC reclaims value-log space and flattens the LSM tree; it backs
-// Maintenance.Defragment.
+// GC reclaims the space of deleted and overwritten data; it backs
+// Maintenance.Defragment. Reads and writes go on meanwhile, except that
+// commits wait while the memtables are flushed.
+//
+// Three steps, since Badger frees space only when it compacts tables and
+// rewrites value-log files:
+//  1. flush the memtables, whose write-ahead logs hold every recent
+//     write, deleted or not, to a level-0 table, and compact level 0 into
+//     the levels below;
+//  2. flatten the tree into one level, so every stale version and
+//     tombstone meets the versions it hides and both are dropped;
+//  3. rewrite value-log files that are mostly garbage.
 func (d *DB) GC() error {
+	d.gc.Lock()
+	defer d.gc.Unlock()
+	if err := d.flush(); err != nil {
+		return fmt.Errorf("flush memtables: %w", mapErr(err))
+	}
 	if err := d.db.Flatten(2); err != nil {
-		return fmt.Errorf("flatten: %w", err)
+		return fmt.Errorf("flatten: %w", mapErr(err))
 	}
 	for {
 		err := d.db.RunValueLogGC(0.5)
-		if errors.Is(err, bdg.ErrNoRewrite) || errors.Is(err, bdg.ErrRejected) {
+		switch {
+		case errors.Is(err, bdg.ErrNoRewrite), errors.Is(err, bdg.ErrRejected), errors.Is(err, bdg.ErrGCInMemoryMode):
 			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("value log gc: %w", err)
+		case err != nil:
+			return fmt.Errorf("value log gc: %w", mapErr(err))
 		}
 	}
+}
+
+// flushKey is a key only flush writes, and the engine's readers never
+// show it. It sorts before every key mvcc writes (they all start with a
+// letter).
+var flushKey = []byte("\x00sett-gc-flush")
+
+// flush writes every memtable out as a level-0 table and compacts level 0
+// into the levels below. Badger has no verb for that, but DropPrefix does
+// exactly this before dropping a prefix, and refuses to run for a prefix
+// that holds no key: so flush writes flushKey and drops it. Badger fails
+// writes while DropPrefix runs, so flush holds the gate against commits.
+func (d *DB) flush() error {
+	d.gate.Lock()
+	defer d.gate.Unlock()
+	if err := d.db.Update(func(tx *bdg.Txn) error { return tx.Set(flushKey, nil) }); err != nil {
+		return err
+	}
+	return d.db.DropPrefix(flushKey)
 }
 
 type reader struct {
@@ -196,13 +242,25 @@ func (i *iterator) Valid() bool {
 	return len(i.end) == 0 || bytes.Compare(k, i.end) < 0
 }
 
-func (i *iterator) Next() { i.it.Next() }
+func (i *iterator) Next() {
+	i.it.Next()
+	i.skipFlushKey()
+}
 
 func (i *iterator) Seek(key []byte) {
 	i.it.Seek(key)
 	// In reverse, Badger lands on the last key <= key; the range is
 	// half-open, so step off an exact match of the end bound.
 	if i.reverse && len(i.end) > 0 && i.it.Valid() && bytes.Compare(i.it.Item().Key(), i.end) >= 0 {
+		i.it.Next()
+	}
+	i.skipFlushKey()
+}
+
+// skipFlushKey steps over GC's flush key, which a snapshot taken during
+// a flush may hold.
+func (i *iterator) skipFlushKey() {
+	if i.it.Valid() && bytes.Equal(i.it.Item().Key(), flushKey) {
 		i.it.Next()
 	}
 }
@@ -221,6 +279,7 @@ func (i *iterator) Close() { i.it.Close() }
 
 type txn struct {
 	reader
+	gate     *sync.RWMutex
 	conflict bool
 }
 
@@ -252,7 +311,10 @@ func (t *txn) Commit(ctx context.Context) error {
 		t.txn.Discard()
 		return err
 	}
-	if err := t.txn.Commit(); err != nil {
+	t.gate.RLock()
+	err := t.txn.Commit()
+	t.gate.RUnlock()
+	if err != nil {
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
 	return nil

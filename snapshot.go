@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/server"
+)
+
+// A snapshot file is what the Maintenance Snapshot RPC streams: a sett
+// backup (mvcc.Backup), zero padding to a multiple of 512 bytes, and the
+// SHA-256 of everything before it. `sett snapshot save` fetches one as
+// `etcdctl snapshot save` does (etcdctl itself can too); restore and
+// status read it as etcdutl reads an etcd snapshot.
+
+func snapshotCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "snapshot",
+		Usage: "save a running sett's snapshot, restore one into a data directory, or describe one",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "save",
+				Usage:     "fetch a consistent snapshot from a running sett (or etcd-compatible server) into FILE",
+				ArgsUsage: "FILE",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "endpoints", Value: "127.0.0.1:2379", Usage: "the one server to fetch from (host:port, http(s)://host:port, unix://path)", EnvVars: []string{"ETCDCTL_ENDPOINTS"}},
+					&cli.DurationFlag{Name: "dial-timeout", Value: 2 * time.Second, Usage: "dial timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}},
+					&cli.DurationFlag{Name: "command-timeout", Usage: "give up after this long (0: never)", EnvVars: []string{"ETCDCTL_COMMAND_TIMEOUT"}},
+					&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
+					&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
+					&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
+				},
+				Action: snapshotSave,
+			},
+			{
+				Name:      "restore",
+				Usage:     "restore a snapshot FILE into a new data directory",
+				ArgsUsage: "FILE",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
+					&cli.BoolFlag{Name: "skip-hash-check", Usage: "restore even if the snapshot has no SHA-256 or it does not match"},
+				},
+				Action: snapshotRestore,
+			},
+			{
+				Name:      "status",
+				Usage:     "print a snapshot FILE's hash, revision, total keys, total size and version",
+				ArgsUsage: "FILE",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "write-out", Aliases: []string{"w"}, Value: "simple", Usage: "simple, table or json"},
+				},
+				Action: snapshotStatus,
+			},
+		},
+	}
+}
+
+// oneArg returns the command's one argument, the snapshot file. Flags
+// may follow it, as etcdctl and etcdutl allow (`snapshot restore FILE
+// --data-dir DIR`): urfave/cli stops parsing flags at the first argument,
+// so the rest are parsed here.
+func oneArg(c *cli.Context, what string) (string, error) {
+	args := c.Args().Slice()
+	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	for _, f := range c.Command.Flags {
+		if err := f.Apply(set); err != nil {
+			return "", err
+		}
+	}
+	var pos []string
+	for len(args) > 0 {
+		if err := set.Parse(args); err != nil {
+			return "", err
+		}
+		if args = set.Args(); len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	var err error
+	set.Visit(func(f *flag.Flag) {
+		for _, cf := range c.Command.Flags {
+			if slices.Contains(cf.Names(), f.Name) {
+				for _, name := range cf.Names() { // and its aliases
+					err = errors.Join(err, c.Set(name, f.Value.String()))
+				}
+			}
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", fmt.Errorf("snapshot %s expects one argument, the snapshot file", what)
+	}
+	return pos[0], nil
+}
+
+func snapshotSave(c *cli.Context) error {
+	path, err := oneArg(c, "save")
+	if err != nil {
+		return err
+	}
+	cfg := clientv3.Config{
+		Endpoints:   splitURLs(c.String("endpoints")),
+		DialTimeout: c.Duration("dial-timeout"),
+	}
+	if cfg.TLS, err = clientTLS(cfg.Endpoints, c.String("cacert"), c.String("cert"), c.String("key")); err != nil {
+		return err
+	}
+	ctx := c.Context
+	if d := c.Duration("command-timeout"); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	// etcd's own client code: it writes FILE.part, requires the trailing
+	// SHA-256, syncs and renames.
+	version, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, path)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Snapshot saved at %s\n", path)
+	if version != "" {
+		fmt.Printf("Server version %s\n", version)
+	}
+	return nil
+}
+
+// clientTLS builds the client's TLS configuration from etcdctl's flags;
+// nil means plain connections.
+func clientTLS(endpoints []string, cacert, cert, key string) (*tls.Config, error) {
+	secure := cacert != "" || cert != ""
+	for _, e := range endpoints {
+		secure = secure || strings.HasPrefix(e, "https://") || strings.HasPrefix(e, "unixs://")
+	}
+	if !secure {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cacert != "" {
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return nil, err
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no certificates found", cacert)
+		}
+	}
+	if cert != "" || key != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{pair}
+	}
+	return conf, nil
+}
+
+// snapshotFile is an open snapshot file: its backup and padding (data)
+// and, if present, the SHA-256 after them.
+type snapshotFile struct {
+	f    *os.File
+	data int64  // bytes before the checksum
+	sum  []byte // nil if the file has none
+}
+
+// openSnapshot opens path. A file has a checksum when its length modulo
+// 512 is 32, the rule etcdctl and etcdutl apply.
+func openSnapshot(path string) (*snapshotFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s := &snapshotFile{f: f, data: fi.Size()}
+	if fi.Size()%512 == sha256.Size {
+		s.data -= sha256.Size
+		s.sum = make([]byte, sha256.Size)
+		if _, err := f.ReadAt(s.sum, s.data); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// verify checks the data against the checksum.
+func (s *snapshotFile) verify() error {
+	if s.sum == nil {
+		return errors.New("snapshot missing hash but --skip-hash-check=false")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(s.f, 0, s.data)); err != nil {
+		return err
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, s.sum) {
+		return fmt.Errorf("expected sha256 %x, got %x", s.sum, got)
+	}
+	return nil
+}
+
+// backup reads the backup in the file.
+func (s *snapshotFile) backup() io.Reader { return io.NewSectionReader(s.f, 0, s.data) }
+
+func backupErr(path string, err error) error {
+	if errors.Is(err, mvcc.ErrBadBackup) {
+		return fmt.Errorf("%s: %w (only snapshots taken from sett can be read)", path, err)
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+func snapshotRestore(c *cli.Context) error {
+	path, err := oneArg(c, "restore")
+	if err != nil {
+		return err
+	}
+	log, err := newLogger("info", "auto")
+	if err != nil {
+		return err
+	}
+	if c.String("data-dir") == "" {
+		return errors.New("snapshot restore needs --data-dir")
+	}
+	dir, err := filepath.Abs(c.String("data-dir"))
+	if err != nil {
+		return err
+	}
+	// etcdutl's rule: the directory must not exist, or be empty.
+	entries, err := os.ReadDir(dir)
+	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("data-dir %q not empty or could not be read", dir)
+	}
+	snap, err := openSnapshot(path)
+	if err != nil {
+		return err
+	}
+	defer snap.f.Close()
+	if !c.Bool("skip-hash-check") {
+		if err := snap.verify(); err != nil {
+			return err
+		}
+	}
+	log.Info("restoring snapshot", "path", path, "data_dir", dir)
+
+	// Restore beside the target and rename it into place once whole, so
+	// a failed restore leaves no half-filled data directory.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".restore-")
+	if err != nil {
+		return err
+	}
+	info, err := restoreInto(tmp, snap.backup())
+	if err != nil {
+		os.RemoveAll(tmp)
+		return backupErr(path, err)
+	}
+	os.Remove(dir) // empty, if it exists
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(dir)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	log.Info("restored snapshot", "path", path, "data_dir", dir, "revision", info.Revision,
+		"compact_revision", info.CompactRevision, "total_keys", info.Entries)
+	return nil
+}
+
+// restoreInto restores the backup r into a new Badger store in dir.
+func restoreInto(dir string, r io.Reader) (mvcc.BackupInfo, error) {
+	db, err := badger.Open(badger.Options{Dir: dir})
+	if err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	info, err := mvcc.Restore(db, r)
+	if cerr := db.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return info, err
+}
+
+// snapshotStatus prints what etcdutl's snapshot status prints: the hash
+// of every entry (the Hash RPC's number for the same state), the
+// revision, the entries, the backup's size and the storage version.
+func snapshotStatus(c *cli.Context) error {
+	path, err := oneArg(c, "status")
+	if err != nil {
+		return err
+	}
+	format := c.String("write-out")
+	if format != "simple" && format != "table" && format != "json" {
+		return fmt.Errorf("--write-out %q: want simple, table or json", format)
+	}
+	snap, err := openSnapshot(path)
+	if err != nil {
+		return err
+	}
+	defer snap.f.Close()
+	info, err := mvcc.ReadBackupInfo(snap.backup())
+	if err != nil {
+		return backupErr(path, err)
+	}
+	row := []string{
+		fmt.Sprintf("%x", info.Hash),
+		fmt.Sprint(info.Revision),
+		fmt.Sprint(info.Entries),
+		humanBytes(uint64(info.Size)),
+		server.Version,
+	}
+	switch format {
+	case "simple":
+		fmt.Println(strings.Join(row, ", "))
+	case "table":
+		printTable(os.Stdout, []string{"hash", "revision", "total keys", "total size", "version"}, row)
+	case "json":
+		b, _ := json.Marshal(struct {
+			Hash      uint32 `json:"hash"`
+			Revision  int64  `json:"revision"`
+			TotalKey  int64  `json:"totalKey"`
+			TotalSize int64  `json:"totalSize"`
+			Version   string `json:"version"`
+		}{info.Hash, info.Revision, info.Entries, info.Size, server.Version})
+		fmt.Println(string(b))
+	}
+	return nil
+}
+
+// printTable prints one row under a header as etcdutl's table does:
+// headers upper case and centred, cells right-aligned.
+func printTable(w io.Writer, header, row []string) {
+	widths := make([]int, len(header))
+	for i := range header {
+		widths[i] = max(len(header[i]), len(row[i]))
+	}
+	rule := "+"
+	for _, n := range widths {
+		rule += strings.Repeat("-", n+2) + "+"
+	}
+	line := func(cells []string, align func(string, int) string) string {
+		s := "|"
+		for i, c := range cells {
+			s += " " + align(c, widths[i]) + " |"
+		}
+		return s
+	}
+	centre := func(s string, n int) string {
+		s = strings.ToUpper(s)
+		left := (n - len(s)) / 2
+		return strings.Repeat(" ", left) + s + strings.Repeat(" ", n-len(s)-left)
+	}
+	right := func(s string, n int) string { return strings.Repeat(" ", n-len(s)) + s }
+	fmt.Fprintln(w, rule)
+	fmt.Fprintln(w, line(header, centre))
+	fmt.Fprintln(w, rule)
+	fmt.Fprintln(w, line(row, right))
+	fmt.Fprintln(w, rule)
+}
+
+// humanBytes formats n as go-humanize's Bytes does (SI units), which
+// etcdutl uses for the total size.
+func humanBytes(n uint64) string {
+	if n < 10 {
+		return fmt.Sprintf("%d B", n)
+	}
+	units := []string{"B", "kB", "MB", "GB", "TB", "PB", "EB"}
+	e := math.Floor(math.Log(float64(n)) / math.Log(1000))
+	v := math.Floor(float64(n)/math.Pow(1000, e)*10+0.5) / 10
+	if v < 10 {
+		return fmt.Sprintf("%.1f %s", v, units[int(e)])
+	}
+	return fmt.Sprintf("%.0f %s", v, units[int(e)])
+}
