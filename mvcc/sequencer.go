@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/settdb/sett/engine"
@@ -55,6 +56,10 @@ func (s *Store) sequence() {
 	defer close(s.done)
 	batch := make([]*request, 0, s.opts.MaxBatch)
 	for req := range s.queue {
+		if s.broken != nil {
+			req.done <- result{err: s.broken}
+			continue
+		}
 		batch = append(batch[:0], req)
 	fill:
 		for len(batch) < s.opts.MaxBatch {
@@ -98,10 +103,6 @@ func (s *Store) commit(batch []*request) int {
 	applied := s.applied.Load()
 	var keys int64
 	results := make([]result, 0, len(batch))
-	type committed struct {
-		rev    int64
-		events []Event
-	}
 	var notify []committed
 	var hooks []func()
 	for i, req := range batch {
@@ -112,7 +113,7 @@ func (s *Store) commit(batch []*request) int {
 		case errors.Is(err, engine.ErrTxnTooBig):
 			abort()
 			if i == 0 {
-				req.done <- result{err: ErrTooLarge}
+				s.commitLarge(req)
 				return 1
 			}
 			// Everything before this request fitted: commit just that,
@@ -139,9 +140,7 @@ func (s *Store) commit(batch []*request) int {
 			notify = append(notify, committed{rev: rev, events: w.events})
 		}
 	}
-	state := binary.BigEndian.AppendUint64(nil, uint64(rev))
-	state = binary.BigEndian.AppendUint64(state, applied)
-	if err := tx.Put(metaState, state); err != nil {
+	if err := tx.Put(metaState, stateRecord(rev, applied)); err != nil {
 		abort()
 		if errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1 {
 			return s.commit(batch[:len(batch)-1])
@@ -157,6 +156,22 @@ func (s *Store) commit(batch []*request) int {
 	if o := s.observer.Load(); o != nil {
 		(*o).Committed(len(batch), time.Since(start))
 	}
+	s.publish(rev, compact, applied, keys, notify, hooks)
+	for i, req := range batch {
+		req.done <- results[i]
+	}
+	return len(batch)
+}
+
+// committed is the events of one revision, for the listener.
+type committed struct {
+	rev    int64
+	events []Event
+}
+
+// publish makes a durable commit visible: the new revision to readers,
+// the events to the listener, then the requests' hooks.
+func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify []committed, hooks []func()) {
 	s.rev.Store(rev)
 	s.compact.Store(compact)
 	s.applied.Store(applied)
@@ -169,10 +184,56 @@ func (s *Store) commit(batch []*request) int {
 	for _, h := range hooks {
 		h()
 	}
-	for i, req := range batch {
-		req.done <- results[i]
+}
+
+// commitLarge applies one request too large for an engine transaction
+// across several (see spillTxn) and answers it.
+func (s *Store) commitLarge(req *request) {
+	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
+	tx, err := newSpillTxn(s.eng, rev+1)
+	if err != nil {
+		req.done <- result{err: err}
+		return
 	}
-	return len(batch)
+	var undos []func()
+	w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos}
+	resp, err := req.apply(w)
+	var notify []committed
+	if err == nil {
+		applied++
+		if len(w.events) > 0 {
+			rev++
+			notify = []committed{{rev: rev, events: w.events}}
+		}
+		err = tx.finish(stateRecord(rev, applied))
+	}
+	if err != nil {
+		tx.Discard()
+		for i := len(undos) - 1; i >= 0; i-- {
+			undos[i]()
+		}
+		if uerr := undoRevision(s.eng, s.rev.Load()+1); uerr != nil {
+			// The partial writes stay until the store is opened again;
+			// writing on would mix them into the next revision.
+			s.broken = fmt.Errorf("a failed request could not be taken back: %w", uerr)
+			s.log.Error("store stops taking writes", "error", s.broken)
+		}
+		if errors.Is(err, engine.ErrTxnTooBig) {
+			err = ErrTooLarge
+		}
+		req.done <- result{err: err}
+		return
+	}
+	s.log.Info("committed a large request", "revision", rev, "changes", len(w.events),
+		"engine_transactions", tx.commits+1)
+	s.publish(rev, w.compact, applied, w.keys, notify, w.hooks)
+	req.done <- result{resp: resp}
+}
+
+// stateRecord encodes the current revision and applied index for metaState.
+func stateRecord(rev int64, applied uint64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(rev))
+	return binary.BigEndian.AppendUint64(b, applied)
 }
 
 func failAll(batch []*request, err error) int {

@@ -47,6 +47,10 @@ type Store struct {
 	queue  chan *request
 	done   chan struct{}
 
+	// broken, once set, fails every write: see commitLarge. Only the
+	// sequencer uses it.
+	broken error
+
 	cleaner *cleaner
 	leases  *leaseTable
 	counts  *countCache
@@ -69,6 +73,9 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		done:   make(chan struct{}),
 		leases: newLeaseTable(),
 		counts: newCountCache(),
+	}
+	if err := s.recover(); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
 	}
 	snap, err := eng.Snapshot()
 	if err != nil {
@@ -101,6 +108,22 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 	go s.cleaner.run()
 	s.log.Info("store opened", "revision", rev, "compact_revision", compact)
 	return s, nil
+}
+
+// recover takes back a large request that was being written when the
+// store last stopped (see spillTxn).
+func (s *Store) recover() error {
+	snap, err := s.eng.Snapshot()
+	if err != nil {
+		return err
+	}
+	rev, err := readInt(snap, metaPending, 0)
+	snap.Close()
+	if err != nil || rev == 0 {
+		return err
+	}
+	s.log.Warn("taking back a request that did not finish before the store stopped", "revision", rev)
+	return undoRevision(s.eng, rev)
 }
 
 func readInt(r engine.Reader, key []byte, def int64) (int64, error) {

@@ -81,14 +81,17 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 		}
 		prev.Value = ver.value
 	}
+	// The change-log entry goes first: a large request commits its writes
+	// in several engine transactions, and undoing it finds what it
+	// changed through the log (see spillTxn).
+	if err := w.tx.Put(logKey(rev, len(w.events)), raw); err != nil {
+		return nil, err
+	}
 	obj := version{create: next.create, version: next.version, lease: lease, value: value}
 	if err := w.tx.Put(objectKey(raw, rev), obj.encode()); err != nil {
 		return nil, err
 	}
 	if err := w.tx.PutIf(indexKey(raw), next.encode(), old); err != nil {
-		return nil, err
-	}
-	if err := w.tx.Put(logKey(rev, len(w.events)), raw); err != nil {
 		return nil, err
 	}
 	w.moveKey(raw, oldLease, lease)
@@ -121,13 +124,13 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 	var err error
 	for _, kv := range gone {
 		old := meta{mod: kv.ModRevision, create: kv.CreateRevision, version: kv.Version, lease: kv.Lease}
+		if err := w.tx.Put(logKey(rev, len(w.events)), kv.Key); err != nil { // first, as in put
+			return nil, err
+		}
 		if err := w.tx.Put(objectKey(kv.Key, rev), version{deleted: true}.encode()); err != nil {
 			return nil, err
 		}
 		if err := w.tx.PutIf(indexKey(kv.Key), meta{mod: rev, deleted: true}.encode(), old.encode()); err != nil {
-			return nil, err
-		}
-		if err := w.tx.Put(logKey(rev, len(w.events)), kv.Key); err != nil {
 			return nil, err
 		}
 		w.moveKey(kv.Key, kv.Lease, 0)

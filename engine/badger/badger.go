@@ -208,6 +208,11 @@ func (r *reader) Iterate(start, end []byte, reverse bool) engine.Iterator {
 	opts := bdg.DefaultIteratorOptions
 	opts.PrefetchValues = false
 	opts.Reverse = reverse
+	// Badger knows no upper bound, and skips over deleted entries until
+	// it finds a live one, however far past end that is: after a large
+	// delete, every seek just before the deleted run would walk all of
+	// it. The prefix every key in [start, end) shares bounds that walk.
+	opts.Prefix = boundingPrefix(start, end)
 	it := &iterator{it: r.txn.NewIterator(opts), start: start, end: end, reverse: reverse}
 	if reverse {
 		if len(end) == 0 {
@@ -224,6 +229,24 @@ func (r *reader) Iterate(start, end []byte, reverse bool) engine.Iterator {
 }
 
 func (r *reader) Close() { r.txn.Discard() }
+
+// boundingPrefix returns the longest prefix that every key in
+// [start, end) has: the prefix start and end share, one byte longer when
+// end is that prefix followed by the byte after start's next one (the
+// keys in ["ka", "l") all begin with "k"). An empty end bounds nothing.
+func boundingPrefix(start, end []byte) []byte {
+	if len(end) == 0 {
+		return nil
+	}
+	n := 0
+	for n < len(start) && n < len(end) && start[n] == end[n] {
+		n++
+	}
+	if n < len(start) && len(end) == n+1 && start[n] < 0xff && end[n] == start[n]+1 {
+		n++
+	}
+	return start[:n:n]
+}
 
 type iterator struct {
 	it         *bdg.Iterator

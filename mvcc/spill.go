@@ -1,0 +1,240 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/settdb/sett/engine"
+)
+
+// A write request too large for one engine transaction (a DeleteRange of
+// a big prefix, a lease revoke with many keys, a huge txn) is applied
+// across several, as etcd applies any request whatever its size.
+//
+// Atomicity comes from the revision: every change the request makes
+// carries revision R+1, and until the last transaction records R+1 as the
+// current revision no reader looks past R, so the request's partial
+// writes are invisible (reads of the latest version fall back to the
+// object versions at or below R when the index is newer; the change log
+// is read up to R). The first transaction records R+1 under
+// metaPending; the last one deletes it with the new state. Should the
+// request fail, or sett stop, in between, undoRevision takes the partial
+// writes back, on the spot or when the store is next opened, using the
+// change log: every change writes its log entry before the versions it
+// logs, so each key the committed transactions touched is named there.
+//
+// Writes outside the key space and the change log (lease records, store
+// state) cannot be taken back that way; they are held in memory and
+// written by the last transaction.
+
+// metaPending names the revision a large request is writing.
+var metaPending = []byte("mpending")
+
+// spillTxn is an engine.Txn that commits to the engine and carries on in
+// a new transaction whenever the current one is full.
+type spillTxn struct {
+	eng engine.Engine
+	cur engine.Txn
+	// held holds the writes outside the key space and the change log
+	// (nil value: a delete), for the last transaction.
+	held map[string][]byte
+	// commits counts the transactions committed so far.
+	commits int
+}
+
+func newSpillTxn(eng engine.Engine, rev int64) (*spillTxn, error) {
+	tx, err := eng.Begin()
+	if err != nil {
+		return nil, err
+	}
+	t := &spillTxn{eng: eng, cur: tx, held: make(map[string][]byte)}
+	if err := tx.Put(metaPending, binary.BigEndian.AppendUint64(nil, uint64(rev))); err != nil {
+		tx.Discard()
+		return nil, err
+	}
+	return t, nil
+}
+
+// undoable reports whether a write to k can be taken back from the change
+// log, so it may be committed before the request ends.
+func undoable(k []byte) bool {
+	return len(k) > 0 && (k[0] == prefixKey || k[0] == prefixLog)
+}
+
+func (t *spillTxn) Get(k []byte) ([]byte, error) {
+	if v, ok := t.held[string(k)]; ok {
+		if v == nil {
+			return nil, engine.ErrNotFound
+		}
+		return v, nil
+	}
+	return t.cur.Get(k)
+}
+
+// Iterate sees the committed and current writes, not the held ones: the
+// write path iterates only the key space.
+func (t *spillTxn) Iterate(start, end []byte, reverse bool) engine.Iterator {
+	return t.cur.Iterate(start, end, reverse)
+}
+
+func (t *spillTxn) Put(k, v []byte) error {
+	if !undoable(k) {
+		t.held[string(k)] = v
+		return nil
+	}
+	return t.retry(func(tx engine.Txn) error { return tx.Put(k, v) })
+}
+
+func (t *spillTxn) Delete(k []byte) error {
+	if !undoable(k) {
+		t.held[string(k)] = nil
+		return nil
+	}
+	return t.retry(func(tx engine.Txn) error { return tx.Delete(k) })
+}
+
+func (t *spillTxn) PutIf(k, v, expect []byte) error {
+	return t.retry(func(tx engine.Txn) error { return tx.PutIf(k, v, expect) })
+}
+
+// retry runs op in the current transaction, or, when that one is full,
+// commits it and runs op in a new one.
+func (t *spillTxn) retry(op func(engine.Txn) error) error {
+	err := op(t.cur)
+	if !errors.Is(err, engine.ErrTxnTooBig) {
+		return err
+	}
+	if err := t.cur.Commit(context.Background()); err != nil {
+		t.cur = nil
+		return err
+	}
+	t.commits++
+	if t.cur, err = t.eng.Begin(); err != nil {
+		return err
+	}
+	return op(t.cur)
+}
+
+// finish writes the held writes and the state, clears metaPending and
+// commits the last transaction.
+func (t *spillTxn) finish(state []byte) error {
+	t.held[string(metaState)] = state
+	t.held[string(metaPending)] = nil
+	for k, v := range t.held {
+		if err := t.retry(func(tx engine.Txn) error {
+			if v == nil {
+				return tx.Delete([]byte(k))
+			}
+			return tx.Put([]byte(k), v)
+		}); err != nil {
+			return err
+		}
+	}
+	err := t.cur.Commit(context.Background())
+	t.cur = nil
+	return err
+}
+
+// Discard drops the current transaction; what was committed stays, for
+// undoRevision.
+func (t *spillTxn) Discard() {
+	if t.cur != nil {
+		t.cur.Discard()
+		t.cur = nil
+	}
+}
+
+// Commit is not used: see finish.
+func (t *spillTxn) Commit(context.Context) error {
+	return errors.New("mvcc: spillTxn commits with finish")
+}
+
+// undoBatch is how many changed keys undoRevision takes back per engine
+// transaction: each is a few small writes.
+const undoBatch = 1000
+
+// undoRevision takes back every write made at rev, which is above the
+// recorded current revision, and clears metaPending. Each key is taken
+// back with its change-log entry in one engine transaction, so the work
+// can stop anywhere and be run again.
+func undoRevision(eng engine.Engine, rev int64) error {
+	for {
+		done, err := undoSome(eng, rev)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// undoSome takes back the changes of up to undoBatch keys at rev, as
+// many as fit in one transaction, and reports whether none were left.
+func undoSome(eng engine.Engine, rev int64) (done bool, err error) {
+	tx, err := eng.Begin()
+	if err != nil {
+		return false, err
+	}
+	defer tx.Discard()
+	it := tx.Iterate(logKey(rev, 0), logKey(rev+1, 0), false)
+	var logs, raws [][]byte
+	for ; it.Valid() && len(logs) < undoBatch; it.Next() {
+		v, err := it.Value()
+		if err != nil {
+			it.Close()
+			return false, err
+		}
+		logs = append(logs, append([]byte(nil), it.Key()...))
+		raws = append(raws, append([]byte(nil), v...))
+	}
+	it.Close()
+	if len(logs) == 0 {
+		if err := tx.Delete(metaPending); err != nil {
+			return false, err
+		}
+		return true, tx.Commit(context.Background())
+	}
+	for i, raw := range raws {
+		err := undoKey(tx, raw, rev)
+		if err == nil {
+			err = tx.Delete(logs[i])
+		}
+		if errors.Is(err, engine.ErrTxnTooBig) && i > 0 {
+			break // the rest next time; this key is taken back again whole
+		}
+		if err != nil {
+			return false, fmt.Errorf("undo %q at %d: %w", raw, rev, err)
+		}
+	}
+	return false, tx.Commit(context.Background())
+}
+
+// undoKey removes raw's version at rev and points its index back at the
+// newest version below rev, or removes the index if there is none.
+func undoKey(tx engine.Txn, raw []byte, rev int64) error {
+	if err := tx.Delete(objectKey(raw, rev)); err != nil {
+		return err
+	}
+	it := tx.Iterate(objectKey(raw, rev-1), groupEnd(groupKey(raw)), false)
+	defer it.Close()
+	if !it.Valid() {
+		return tx.Delete(indexKey(raw))
+	}
+	_, _, orev, err := splitKey(it.Key())
+	if err != nil {
+		return err
+	}
+	b, err := it.Value()
+	if err != nil {
+		return err
+	}
+	ver, err := decodeVersion(b)
+	if err != nil {
+		return err
+	}
+	m := meta{mod: orev, deleted: true}
+	if !ver.deleted {
+		m = meta{mod: orev, create: ver.create, version: ver.version, lease: ver.lease}
+	}
+	return tx.Put(indexKey(raw), m.encode())
+}
