@@ -206,7 +206,12 @@ func diffWatchPlans(n int) []watchPlan {
 	bad := func(g *gen) *pb.WatchCreateRequest {
 		return &pb.WatchCreateRequest{WatchId: 7, Key: []byte("b"), RangeEnd: []byte("a")}
 	}
-	return []watchPlan{{0, all}, {0, prefix}, {0, single}, {0, future}, {n / 2, past}, {n / 2, head}, {n / 2, bad}}
+	atCompact := func(g *gen) *pb.WatchCreateRequest {
+		// From the compact revision: its events' previous key-values are
+		// compacted away, wherever the server keeps the events.
+		return &pb.WatchCreateRequest{WatchId: 8, Key: []byte{0}, RangeEnd: []byte{0}, PrevKv: true, StartRevision: max(g.compact, g.floor)}
+	}
+	return []watchPlan{{0, all}, {0, prefix}, {0, single}, {0, future}, {n / 2, past}, {n / 2, head}, {n / 2, bad}, {3 * n / 4, atCompact}}
 }
 
 // compareWatchLogs waits until both streams delivered everything up to

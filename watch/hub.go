@@ -162,7 +162,8 @@ func (w *Watcher) Next(ctx context.Context) (events []mvcc.Event, through int64,
 				return nil, 0, ctx.Err()
 			}
 		}
-		if c := h.history.CompactRev(); w.next < c {
+		c := h.history.CompactRev()
+		if w.next < c {
 			return nil, c, ErrCompacted
 		}
 		events, through, ok := w.fromRing()
@@ -175,6 +176,15 @@ func (w *Watcher) Next(ctx context.Context) (events []mvcc.Event, through int64,
 				return nil, 0, err
 			}
 			events = w.match(events)
+		}
+		// etcd looks an event's previous key-value up when it sends the
+		// event, so a compaction since the event was committed hides it
+		// (kube-apiserver relies on this to notice a watch it cannot
+		// resume). The events are the watcher's own copies (see match).
+		for i := range events {
+			if events[i].KV.ModRevision-1 < c {
+				events[i].PrevKV = nil
+			}
 		}
 		w.next = through + 1
 		return events, through, nil
