@@ -5,22 +5,21 @@
 # sett.
 #
 # No upstream code is kept in the repository. At run time the script copies
-# k8s.io/apiserver from the Go module cache into two git-ignored folders:
-#   work/etcd  unmodified: its testserver starts an embedded etcd;
-#   work/sett  with pkg/storage/etcd3/testserver/test_server.go replaced by
-#              testserver.go.sett, which starts sett in the test process.
-# Both copies get the same go.mod (k8s.io/apiserver's plus a requirement on
-# sett, replaced by the local source), so both runs build against the same
-# versions of etcd's client, gRPC and everything else.
+# k8s.io/apiserver from the Go module cache into a git-ignored folder,
+# work/src, replaces pkg/storage/etcd3/testserver/test_server.go with
+# testserver.go.sett (which starts sett in the test process, or a real
+# embedded etcd when SETT_K8S_BACKEND=etcd), and requires sett from the
+# local source. Each suite is built once and run against both servers, all
+# runs at the same time: the tests spend most of their time waiting.
 #
 # Usage: testdata/k8s/run.sh [both|sett|etcd]      (default both)
 # Environment:
 #   K8S_APISERVER_VERSION  k8s.io/apiserver version (default v0.37.2)
 #   K8S_SUITES             suites to run, of: etcd3 cacher (default both)
-#   K8S_RUN                go test -run pattern (default: all tests)
-#   K8S_SKIP               go test -skip pattern (default: none)
-#   K8S_TIMEOUT            go test -timeout per suite (default 30m)
-#   K8S_FLAGS              extra go test flags, e.g. -race or -v
+#   K8S_RUN                -run pattern (default: all tests)
+#   K8S_SKIP               -skip pattern (default: none)
+#   K8S_TIMEOUT            -timeout per run (default 20m)
+#   K8S_FLAGS              extra go test build flags, e.g. -race
 #   SETT_SRC               the sett source to test (default: this checkout)
 #   SETT_K8S_INMEMORY=1    run sett on an in-memory Badger (no fsync), as
 #                          the etcd test server runs with UnsafeNoFsync
@@ -35,7 +34,7 @@ root=$(cd "$here/../.." && pwd)
 GO=${GO:-go}
 version=${K8S_APISERVER_VERSION:-v0.37.2}
 suites=${K8S_SUITES:-etcd3 cacher}
-timeout=${K8S_TIMEOUT:-30m}
+timeout=${K8S_TIMEOUT:-20m}
 sett_src=$(cd "${SETT_SRC:-$root}" && pwd)
 work=$here/work
 backends=${1:-both}
@@ -44,12 +43,12 @@ both) backends="etcd sett" ;;
 sett | etcd) ;;
 *) echo "usage: $0 [both|sett|etcd]" >&2; exit 2 ;;
 esac
-export GOWORK=off GOFLAGS=${GOFLAGS:-}
+export GOWORK=off
 
 pkg_of() {
 	case $1 in
-	etcd3) echo ./pkg/storage/etcd3 ;;
-	cacher) echo ./pkg/storage/cacher ;;
+	etcd3) echo pkg/storage/etcd3 ;;
+	cacher) echo pkg/storage/cacher ;;
 	*) echo "unknown suite $1 (want etcd3 or cacher)" >&2; exit 2 ;;
 	esac
 }
@@ -65,52 +64,57 @@ src=$(cd "$work" && "$GO" mod download -json "k8s.io/apiserver@$version" |
 	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 [ -d "$src" ] || { echo "k8s.io/apiserver@$version: not in the module cache" >&2; exit 1; }
 
-# 2. Two copies. The go.mod is made once per (apiserver version, sett
-#    go.mod) and kept in work/, because tidying it takes a while.
+# 2. The copy. Its go.mod is upstream's plus sett; -mod=mod lets the
+#    build add what sett needs beyond it. The result is kept in work/ per
+#    (apiserver version, sett go.mod), so later runs skip the resolving.
+rm -rf "$work/src"
+cp -r "$src" "$work/src"
+chmod -R u+w "$work/src"
+cp "$here/testserver.go.sett" "$work/src/pkg/storage/etcd3/testserver/test_server.go"
 stamp="$version $(sha256sum "$sett_src/go.mod" | cut -d' ' -f1) $sett_src"
-if [ ! -f "$work/go.mod.stamp" ] || [ "$(cat "$work/go.mod.stamp")" != "$stamp" ]; then
-	step "go.mod: k8s.io/apiserver's, requiring sett at $sett_src"
-	rm -rf "$work/mod" && mkdir -p "$work/mod"
-	cp "$src/go.mod" "$src/go.sum" "$work/mod/"
-	chmod u+w "$work/mod/go.mod" "$work/mod/go.sum"
-	# tidy needs the whole module to see which requirements stay.
-	rm -rf "$work/sett" && cp -r "$src" "$work/sett" && chmod -R u+w "$work/sett"
-	cp "$here/testserver.go.sett" "$work/sett/pkg/storage/etcd3/testserver/test_server.go"
-	(cd "$work/sett" &&
+if [ -f "$work/go.mod.stamp" ] && [ "$(cat "$work/go.mod.stamp")" = "$stamp" ]; then
+	cp "$work/go.mod.kept" "$work/src/go.mod"
+	cp "$work/go.sum.kept" "$work/src/go.sum"
+else
+	(cd "$work/src" &&
 		"$GO" mod edit -require=github.com/settdb/sett@v0.0.0-00010101000000-000000000000 \
-			-replace=github.com/settdb/sett="$sett_src" &&
-		"$GO" mod tidy)
-	cp "$work/sett/go.mod" "$work/sett/go.sum" "$work/mod/"
-	echo "$stamp" >"$work/go.mod.stamp"
+			-replace=github.com/settdb/sett="$sett_src")
 fi
-for b in etcd sett; do
-	rm -rf "$work/$b"
-	cp -r "$src" "$work/$b"
-	chmod -R u+w "$work/$b"
-	cp "$work/mod/go.mod" "$work/mod/go.sum" "$work/$b/"
-done
-cp "$here/testserver.go.sett" "$work/sett/pkg/storage/etcd3/testserver/test_server.go"
 
-# 3. The tests, one suite and backend at a time: the machine is small and
-#    both backends compete for it otherwise.
-mkdir -p "$work/results"
-flags=(-count=1 -timeout "$timeout" -json)
-[ -n "${K8S_RUN:-}" ] && flags+=(-run "$K8S_RUN")
-[ -n "${K8S_SKIP:-}" ] && flags+=(-skip "$K8S_SKIP")
-# shellcheck disable=SC2206
-[ -n "${K8S_FLAGS:-}" ] && flags+=($K8S_FLAGS)
+# 3. One test binary per suite.
+mkdir -p "$work/bin" "$work/results"
+for suite in $suites; do
+	pkg=$(pkg_of "$suite")
+	step "build $suite"
+	# shellcheck disable=SC2086
+	(cd "$work/src" && "$GO" test -mod=mod -c ${K8S_FLAGS:-} -o "$work/bin/$suite.test" "./$pkg")
+done
+cp "$work/src/go.mod" "$work/go.mod.kept"
+cp "$work/src/go.sum" "$work/go.sum.kept"
+echo "$stamp" >"$work/go.mod.stamp"
+
+# 4. Every suite against every backend, at once.
+flags=(-test.v=test2json -test.count=1 -test.timeout="$timeout")
+[ -n "${K8S_RUN:-}" ] && flags+=(-test.run="$K8S_RUN")
+[ -n "${K8S_SKIP:-}" ] && flags+=(-test.skip="$K8S_SKIP")
+pids=()
 for suite in $suites; do
 	pkg=$(pkg_of "$suite")
 	for b in $backends; do
 		out=$work/results/$b-$suite.json
-		step "$suite against $b: go test ${flags[*]} $pkg"
-		t0=$(date +%s)
-		(cd "$work/$b" && "$GO" test "${flags[@]}" "$pkg" >"$out" 2>"$out.stderr") || true
-		step "$suite against $b: $(($(date +%s) - t0))s"
+		step "$suite against $b"
+		(
+			cd "$work/src/$pkg" &&
+				SETT_K8S_BACKEND=$b "$GO" tool test2json -t -p "k8s.io/apiserver/$pkg" \
+					"$work/bin/$suite.test" "${flags[@]}" >"$out" 2>"$out.stderr" || true
+			step "$suite against $b: done after $(($(date +%s) - start))s"
+		) &
+		pids+=($!)
 	done
 done
+wait "${pids[@]}"
 
-# 4. The counts and the comparison.
+# 5. The counts and the comparison.
 step "total $(($(date +%s) - start))s"
 cd "$root"
 results=()

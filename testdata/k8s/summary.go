@@ -203,11 +203,23 @@ func main() {
 			fmt.Printf("\n%s against etcd ran no test:\n%s", r.suite, tail(r.pkgOutput.String(), 40))
 		}
 	}
+	// The closing line counts sett's tests, subtests included, for
+	// whoever reads only the last line (CI does); a failure there is a
+	// regression against etcd.
+	var pass, skip int
+	for _, r := range runs {
+		if r.backend == "sett" {
+			p, _, s := r.counts(false)
+			pass, skip = pass+p, skip+s
+		}
+	}
 	if regressions > 0 {
 		fmt.Printf("\nsett: %d regression(s) against etcd\n", regressions)
+		fmt.Printf("k8s-storage: %d passed, %d failed, %d skipped\n", pass, regressions, skip)
 		os.Exit(1)
 	}
 	fmt.Println("\nsett: every test that passes against etcd passes against sett")
+	fmt.Printf("k8s-storage: %d passed, 0 failed, %d skipped\n", pass, skip)
 }
 
 func hasFailedChild(r *run, name string) bool {
