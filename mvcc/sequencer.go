@@ -142,8 +142,12 @@ func (s *Store) commit(batch []*request) int {
 	}
 	if err := tx.Put(metaState, stateRecord(rev, applied)); err != nil {
 		abort()
-		if errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1 {
+		switch {
+		case errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1:
 			return s.commit(batch[:len(batch)-1])
+		case errors.Is(err, engine.ErrTxnTooBig):
+			s.commitLarge(batch[0])
+			return 1
 		}
 		return failAll(batch, err)
 	}
