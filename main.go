@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -42,8 +44,17 @@ func app() *cli.App {
 		Usage: "an etcd v3 server for single-node Kubernetes, stored in Badger",
 		// `sett --data-dir x` means `sett serve --data-dir x`, so sett can
 		// stand where an etcd command line stands.
-		Flags:  serveFlags(),
-		Action: runServe,
+		Flags: append(serveFlags(), &cli.BoolFlag{
+			Name:  "version",
+			Usage: "print the version as etcd --version does, and exit",
+		}),
+		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				printVersion()
+				return nil
+			}
+			return runServe(c)
+		},
 		Commands: []*cli.Command{
 			serve,
 			snapshotCommand(),
@@ -51,12 +62,29 @@ func app() *cli.App {
 				Name:  "version",
 				Usage: "print the version",
 				Action: func(*cli.Context) error {
-					fmt.Printf("sett (etcd API %s)\n", server.Version)
+					printVersion()
 					return nil
 				},
 			},
 		},
 	}
+}
+
+// printVersion prints the lines `etcd --version` prints, which scripts
+// read to learn what they run, with the etcd version sett implements, and
+// then what it is.
+func printVersion() {
+	rev := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				rev = s.Value
+			}
+		}
+	}
+	fmt.Printf("etcd Version: %s\nGit SHA: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
+		server.Version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Println("Server: sett (etcd v3 API on Badger)")
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

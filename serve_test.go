@@ -21,6 +21,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/settdb/sett/server"
 )
 
 // pki is a CA and the certificates it signed, as PEM files in a dir.
@@ -280,4 +282,16 @@ func TestDataDirLocked(t *testing.T) {
 		t.Fatalf("no clear message:\n%s", log)
 	}
 	first.stop()
+}
+
+// TestVersionFlag: `etcd --version`, which scripts run to learn the
+// version, works on sett installed as etcd, in etcd's format.
+func TestVersionFlag(t *testing.T) {
+	out, errOut, code := runSett(t, "--version")
+	if code != 0 {
+		t.Fatalf("--version: exit %d\n%s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "etcd Version: "+server.Version+"\n") || !strings.Contains(out, "\nGo Version: go") {
+		t.Errorf("--version printed\n%s", out)
+	}
 }
