@@ -263,6 +263,10 @@ func TestEtcdctlMaintenance(t *testing.T) {
 		add := func(args ...string) { lines = append(lines, run(args...)) }
 		add("put", "a", "1")
 		add("endpoint", "health")
+		add("auth", "status")
+		add("auth", "status", "-w", "json")
+		add("user", "list")
+		add("role", "list", "-w", "json")
 		add("alarm", "list")
 		add("defrag")
 		add("endpoint", "hashkv", "-w", "json")

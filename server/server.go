@@ -189,7 +189,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
 	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
-	pb.RegisterAuthServer(s.grpc, pb.UnimplementedAuthServer{})
+	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	return s
 }
 
