@@ -956,6 +956,10 @@ compacted revision 5
 $ get --rev=4 a
 Error: etcdserver: mvcc: required revision has been compacted
 [exit 1]
+$ watch --rev=4 --prefix foo/
+watch was canceled (etcdserver: mvcc: required revision has been compacted)
+Error: watch is canceled by the server
+[exit 5]
 $ get --rev=5 foo/x
 foo/x
 x1
