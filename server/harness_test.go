@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
@@ -174,4 +175,16 @@ func TestEtcdStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("etcd first put: %+v", p.Header)
+}
+
+// TestGRPCHealth: gRPC's standard health service answers SERVING for the
+// server as a whole, as etcd's does.
+func TestGRPCHealth(t *testing.T) {
+	_, settCli := startSett(t, "", server.Config{})
+	for name, cli := range map[string]*clientv3.Client{"etcd": startEtcd(t), "sett": settCli} {
+		r, err := healthpb.NewHealthClient(cli.ActiveConnection()).Check(ctxT(t), &healthpb.HealthCheckRequest{})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("%s: health check: %v %v, want SERVING", name, r, err)
+		}
+	}
 }

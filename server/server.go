@@ -20,6 +20,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	grpchealth "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -105,8 +107,11 @@ type Server struct {
 	clusterID uint64
 	log       *slog.Logger
 	grpc      *grpc.Server
-	hub       *watch.Hub
-	lessor    *ttl.Lessor
+	// health is gRPC's standard health service, which etcd also serves:
+	// SERVING until the server stops.
+	health *grpchealth.Server
+	hub    *watch.Hub
+	lessor *ttl.Lessor
 
 	http    http.Handler
 	metrics *metrics
@@ -190,6 +195,8 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
+	s.health = grpchealth.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
 	return s
 }
 
@@ -331,6 +338,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	close(s.stopping)
+	s.health.Shutdown()
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
