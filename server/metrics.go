@@ -32,40 +32,51 @@ func newMetrics(s *Server) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{registry: reg}
 	grpcLabels := []string{"grpc_type", "grpc_service", "grpc_method"}
-	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_started_total", Help: "Total number of RPCs started on the server."}, grpcLabels)
-	m.handled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_handled_total", Help: "Total number of RPCs completed on the server, regardless of success or failure."}, append(grpcLabels, "grpc_code"))
-	m.handling = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_server_handling_seconds", Help: "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, grpcLabels)
-	m.msgReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_received_total", Help: "Total number of RPC stream messages received on the server."}, grpcLabels)
-	m.msgSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_sent_total", Help: "Total number of gRPC stream messages sent by the server."}, grpcLabels)
-	m.bytesReceived = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_received_bytes_total", Help: "The total number of bytes received from grpc clients."})
-	m.bytesSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_sent_bytes_total", Help: "The total number of bytes sent to grpc clients."})
-	m.commitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "etcd_disk_backend_commit_duration_seconds", Help: "The latency distributions of commit called by backend.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_started_total", Help: "RPCs begun, by service and method."}, grpcLabels)
+	m.handled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_handled_total", Help: "RPCs finished, by service, method and status code."}, append(grpcLabels, "grpc_code"))
+	m.handling = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_server_handling_seconds", Help: "Seconds from an RPC's start to its end, by service and method.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, grpcLabels)
+	m.msgReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_received_total", Help: "Messages read from clients, by service and method."}, grpcLabels)
+	m.msgSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_sent_total", Help: "Messages written to clients, by service and method."}, grpcLabels)
+	m.bytesReceived = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_received_bytes_total", Help: "Bytes of gRPC payload read from clients."})
+	m.bytesSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_sent_bytes_total", Help: "Bytes of gRPC payload written to clients."})
+	m.commitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "etcd_disk_backend_commit_duration_seconds", Help: "Seconds each durable engine commit took (one per sequencer batch).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_sequencer_batch_requests", Help: "Write requests committed together in one engine transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
-	m.watchers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcd_debugging_mvcc_watcher_total", Help: "Total number of watchers."})
+	m.watchers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcd_debugging_mvcc_watcher_total", Help: "Watchers open now."})
 	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_watch_lag_revisions", Help: "How many revisions behind the head a watcher was when it sent events.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)})
-	m.leasesGranted = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_debugging_lease_granted_total", Help: "The total number of granted leases."})
-	m.healthSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_success", Help: "The total number of successful health checks"})
-	m.healthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_failures", Help: "The total number of failed health checks"})
+	m.leasesGranted = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_debugging_lease_granted_total", Help: "Leases granted since the server started."})
+	m.healthSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_success", Help: "Health endpoint requests answered healthy."})
+	m.healthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_failures", Help: "Health endpoint requests answered unhealthy."})
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
 	size := func() float64 { return float64(s.sizer.Size()) }
+	applied := func() float64 { return float64(s.store.AppliedIndex()) }
 	reg.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.started, m.handled, m.handling, m.msgReceived, m.msgSent, m.bytesReceived, m.bytesSent,
 		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.leasesGranted,
 		m.healthSuccess, m.healthFailures,
-		gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", func() float64 { return boolf(s.election.Leader() != 0) }),
-		gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", func() float64 { return boolf(s.election.IsLeader()) }),
-		gauge("etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", size),
-		gauge("etcd_mvcc_db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.", size),
-		gauge("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes.", func() float64 { return float64(s.cfg.QuotaBackendBytes) }),
-		gauge("etcd_debugging_mvcc_keys_total", "Total number of keys.", func() float64 { return float64(s.store.Keys()) }),
-		gauge("etcd_debugging_mvcc_current_revision", "The current revision of store.", func() float64 { return float64(s.store.Rev()) }),
-		gauge("etcd_debugging_mvcc_compact_revision", "The revision of the last compaction in store.", func() float64 { return float64(s.store.CompactRev()) }),
-		gauge("etcd_debugging_lease_total", "The number of leases.", func() float64 { return float64(len(s.store.Leases())) }),
+		gauge("etcd_server_has_leader", "1 while the member knows a leader (always, for sett), else 0.", func() float64 { return boolf(s.election.Leader() != 0) }),
+		gauge("etcd_server_is_leader", "1 while this member leads (always, for sett), else 0.", func() float64 { return boolf(s.election.IsLeader()) }),
+		gauge("etcd_mvcc_db_total_size_in_bytes", "Bytes the data directory occupies on disk.", size),
+		gauge("etcd_mvcc_db_total_size_in_use_in_bytes", "Bytes of the data directory in use; sett cannot tell free pages apart, so the same as the total.", size),
+		gauge("etcd_server_quota_backend_bytes", "The --quota-backend-bytes setting.", func() float64 { return float64(s.cfg.QuotaBackendBytes) }),
+		gauge("etcd_debugging_mvcc_keys_total", "Keys that exist at the current revision.", func() float64 { return float64(s.store.Keys()) }),
+		gauge("etcd_debugging_mvcc_current_revision", "The current revision.", func() float64 { return float64(s.store.Rev()) }),
+		gauge("etcd_debugging_mvcc_compact_revision", "The revision of the latest compaction.", func() float64 { return float64(s.store.CompactRev()) }),
+		// Raft's series, which etcd dashboards chart: one member that
+		// leads from the start, every applied write a committed proposal.
+		counter("etcd_server_proposals_committed_total", "Write requests applied (sett's stand-in for committed raft proposals).", applied),
+		counter("etcd_server_proposals_applied_total", "Write requests applied (sett's stand-in for applied raft proposals).", applied),
+		gauge("etcd_server_proposals_pending", "Raft proposals waiting to commit: always 0, sett has no raft.", func() float64 { return 0 }),
+		counter("etcd_server_proposals_failed_total", "Failed raft proposals: always 0, sett has no raft.", func() float64 { return 0 }),
+		counter("etcd_server_leader_changes_seen_total", "Leader changes seen: always 0, the one member leads from the start.", func() float64 { return 0 }),
+		gauge("etcd_debugging_lease_total", "Leases that exist now.", func() float64 { return float64(len(s.store.Leases())) }),
 	)
-	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Which version is running. 1 for 'server_version' label with current version."}, []string{"server_version"})
+	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Always 1; the label names the etcd API version served."}, []string{"server_version"})
 	version.WithLabelValues(Version).Set(1)
 	reg.MustRegister(version)
 	return m
