@@ -147,11 +147,25 @@ func runServe(c *cli.Context) error {
 		os.Exit(1)
 	}()
 
-	db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
+	mem, err := memoryBudget(c)
 	if err != nil {
 		return err
 	}
-	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: c.Int("watch-ring-bytes")})
+	if mem.goLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(mem.goLimit)
+	}
+	ringBytes := mem.ringBytes
+	if c.IsSet("watch-ring-bytes") {
+		ringBytes = c.Int("watch-ring-bytes")
+	}
+	log.Info("memory", "limit", mem.limit, "go_soft_limit", mem.goLimit, "memtable", mem.memTable,
+		"watch_ring_bytes", ringBytes, "mapped_files", mem.fileMapped)
+
+	db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped})
+	if err != nil {
+		return err
+	}
+	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: ringBytes})
 	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub})
 	if err != nil {
 		db.Close()

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"runtime"
 	"strconv"
 	"strings"
@@ -1017,6 +1018,7 @@ func TestEtcdctlLease(t *testing.T) {
 	defer s.stop()
 	sett := newCtlTarget(t, "sett", s.addr)
 	granted := regexp.MustCompile(`^lease ([0-9a-f]+) granted with TTL\(100s\)$`)
+	attachedKeys := regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
 	steps := [][]string{
 		{"put", "--lease=ID", "k1", "v1"},
 		{"put", "--lease=ID", "k2", "v2"},
@@ -1058,6 +1060,13 @@ func TestEtcdctlLease(t *testing.T) {
 			out = strings.ReplaceAll(out, strconv.FormatUint(dec, 10), "<lease>")
 			// Remaining TTLs tick down; anything near 100s is 100s.
 			out = regexp.MustCompile(`remaining\(9[0-9]s\)`).ReplaceAllString(out, "remaining(100s)")
+			// etcd lists a lease's keys in its map's order, which varies
+			// from run to run; sett sorts them.
+			out = attachedKeys.ReplaceAllStringFunc(out, func(m string) string {
+				keys := strings.Fields(attachedKeys.FindStringSubmatch(m)[1])
+				slices.Sort(keys)
+				return "attached keys([" + strings.Join(keys, " ") + "])"
+			})
 			lines = append(lines, "$ etcdctl "+strings.Join(st, " ")+"\n"+out)
 		}
 		return lines

@@ -3,10 +3,13 @@ package mvcc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/engine"
 )
 
 // Compact records rev as the compact revision and schedules the removal
@@ -197,7 +200,7 @@ func (c *cleaner) next(start, end []byte) (logKeys, raws [][]byte, err error) {
 		}
 		if !seen[string(raw)] {
 			seen[string(raw)] = true
-			raws = append(raws, raw)
+			raws = append(raws, bytes.Clone(raw))
 		}
 	}
 	return logKeys, raws, nil
@@ -207,30 +210,27 @@ func (c *cleaner) next(start, end []byte) (logKeys, raws [][]byte, err error) {
 // unreachable: all but the newest version <= target, and that one too if
 // it is a deletion, together with the index once nothing is left.
 func (w *writer) compactKey(raw []byte, target int64) error {
+	var latest int64
+	switch b, err := w.tx.Get(indexKey(raw)); {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		m, err := decodeMeta(b)
+		if err != nil {
+			return fmt.Errorf("index of %q: %w", raw, err)
+		}
+		latest = m.mod
+	}
 	g := groupKey(raw)
 	it := w.tx.Iterate(g, groupEnd(g), false)
 	var drop [][]byte
-	var latest int64
 	kept := false
 	for ; it.Valid(); it.Next() {
 		_, _, rev, err := splitKey(it.Key())
 		if err != nil {
 			it.Close()
 			return err
-		}
-		if rev == 0 {
-			b, err := it.Value()
-			if err != nil {
-				it.Close()
-				return err
-			}
-			m, err := decodeMeta(b)
-			if err != nil {
-				it.Close()
-				return fmt.Errorf("index of %q: %w", raw, err)
-			}
-			latest = m.mod
-			continue
 		}
 		if rev > target {
 			continue

@@ -69,9 +69,13 @@ func TestCompactRemovesHistory(t *testing.T) {
 	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: 6, Physical: true}); err != nil {
 		t.Fatal(err)
 	}
-	// a: index + version 4 (newest <= 6) + version 7; gone: nothing.
-	if n := engineKeys(t, db, prefixKey); n != 3 {
-		t.Fatalf("%d internal keys after compaction, want 3", n)
+	// a: version 4 (newest <= 6) and version 7, and its index; gone:
+	// nothing.
+	if n := engineKeys(t, db, prefixKey); n != 2 {
+		t.Fatalf("%d object keys after compaction, want 2", n)
+	}
+	if n := engineKeys(t, db, prefixIndex); n != 1 {
+		t.Fatalf("%d index keys after compaction, want 1", n)
 	}
 	// The changes at the compact revision and after stay in the log.
 	if n := engineKeys(t, db, prefixLog); n != 2 {

@@ -54,8 +54,8 @@ func (s *Store) HashKV(rev int64) (KVHash, int64, error) {
 		if !bytes.Equal(it.Key()[:gl], group) {
 			group, newest = append(group[:0], it.Key()[:gl]...), true
 		}
-		if orev == 0 || orev > rev {
-			continue // the index, or a version after rev
+		if orev > rev {
+			continue
 		}
 		first := newest
 		newest = false

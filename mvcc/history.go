@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,10 +48,11 @@ func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
 		}
-		raw, err := it.Value()
+		b, err := it.Value()
 		if err != nil {
 			return nil, 0, err
 		}
+		raw := bytes.Clone(b) // the event keeps it
 		e, ok, err := v.eventAt(raw, rev)
 		if err != nil {
 			return nil, 0, fmt.Errorf("event of %q at %d: %w", raw, rev, err)

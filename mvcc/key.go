@@ -1,42 +1,46 @@
 package mvcc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 )
 
 // The engine keyspace is split by a one-byte prefix:
 //
-//	'k' keys:   'k' + group(raw) + suffix      index and object keys
+//	'i' index:  'i' + esc(raw)                 latest state of each raw key
+//	'k' keys:   'k' + esc(raw) + ^BE(rev)      one object per version
 //	'r' log:    'r' + BE(rev) + BE(sub)        one entry per change, value = raw key
 //	'm' meta:   'm' + name                     store-wide state
 //
-// Every internal key of one raw key shares group(raw), so they sit together
-// and a point read is one short seek. group(raw) is raw with each 0x00
-// escaped as 0x00 0xff, followed by the terminator 0x00 0x01. This keeps
-// raw-key order for every byte string: where two raw keys first differ,
-// their groups differ in the same direction, and a raw key that is a
-// prefix of another ends in 0x00 0x01, which sorts before both 0x00 0xff
-// and any byte from 0x01 up. No group is a prefix of another group.
+// esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
+// terminator 0x00 0x01. It keeps raw-key order for every byte string:
+// where two raw keys first differ, their escapes differ in the same
+// direction, and a raw key that is a prefix of another ends in 0x00 0x01,
+// which sorts before both 0x00 0xff and any byte from 0x01 up. No escape
+// is a prefix of another.
 //
-// The 8-byte suffix is all zeros for the index key and the bitwise
-// complement of the big-endian revision for an object key, so within a
-// group the index comes first and object versions follow newest first:
-// reading the latest version, or the newest version at or below a
-// revision, is a forward seek.
+// The index of every key sits apart from the versions, in a run of its
+// own: counting keys, listing them without values and rebuilding the
+// lease attachments at start read only the small index records, never
+// the values of the versions. A key's object versions, its group, are
+// adjacent, newest first (the suffix is the complement of the revision),
+// so the newest version at or below a revision is one forward seek, and
+// a range read with values walks the object run alone.
 const (
-	prefixKey  = 'k'
-	prefixLog  = 'r'
-	prefixMeta = 'm'
+	prefixIndex = 'i'
+	prefixKey   = 'k'
+	prefixLog   = 'r'
+	prefixMeta  = 'm'
 
 	suffixLen = 8
 )
 
 var errBadKey = errors.New("mvcc: malformed internal key")
 
-// appendGroup appends group(raw) to dst.
-func appendGroup(dst, raw []byte) []byte {
-	dst = append(dst, prefixKey)
+// appendEscaped appends prefix + esc(raw) to dst.
+func appendEscaped(dst []byte, prefix byte, raw []byte) []byte {
+	dst = append(dst, prefix)
 	for _, b := range raw {
 		if b == 0 {
 			dst = append(dst, 0, 0xff)
@@ -47,13 +51,14 @@ func appendGroup(dst, raw []byte) []byte {
 	return append(dst, 0, 1)
 }
 
+// groupKey is the prefix every object key of raw shares.
 func groupKey(raw []byte) []byte {
-	return appendGroup(make([]byte, 0, len(raw)+3+suffixLen), raw)
+	return appendEscaped(make([]byte, 0, len(raw)+3+suffixLen), prefixKey, raw)
 }
 
-// indexKey is the key holding the latest revision of raw.
+// indexKey is the key holding the latest state of raw.
 func indexKey(raw []byte) []byte {
-	return append(groupKey(raw), 0, 0, 0, 0, 0, 0, 0, 0)
+	return appendEscaped(make([]byte, 0, len(raw)+3), prefixIndex, raw)
 }
 
 // objectKey is the key holding raw's version written at rev.
@@ -61,7 +66,7 @@ func objectKey(raw []byte, rev int64) []byte {
 	return binary.BigEndian.AppendUint64(groupKey(raw), ^uint64(rev))
 }
 
-// groupEnd returns the first engine key after every internal key of the
+// groupEnd returns the first engine key after every object key of the
 // group g (as returned by groupKey).
 func groupEnd(g []byte) []byte {
 	end := make([]byte, len(g), len(g)+suffixLen+1)
@@ -69,53 +74,71 @@ func groupEnd(g []byte) []byte {
 	return append(end, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 }
 
-// keyRange maps the raw interval [key, end) onto engine keys. An empty end
-// is the single key; end "\x00" is every key >= key.
-func keyRange(key, end []byte) (lo, hi []byte) {
-	lo = groupKey(key)
+// keyRange maps the raw interval [key, end) onto the engine keys of one
+// prefix (prefixIndex or prefixKey). An empty end is the single key; end
+// "\x00" is every key >= key.
+func keyRange(prefix byte, key, end []byte) (lo, hi []byte) {
+	lo = appendEscaped(nil, prefix, key)
 	switch {
 	case len(end) == 0:
+		if prefix == prefixIndex {
+			return lo, append(bytes.Clone(lo), 0)
+		}
 		return lo, groupEnd(lo)
 	case len(end) == 1 && end[0] == 0:
-		return lo, []byte{prefixKey + 1}
+		return lo, []byte{prefix + 1}
 	}
-	return lo, groupKey(end)
+	return lo, appendEscaped(nil, prefix, end)
 }
 
-// splitKey decodes an internal 'k' key into its raw key, its group prefix
-// length and its suffix (revision 0 for the index key).
-func splitKey(ik []byte) (raw []byte, groupLen int, rev int64, err error) {
-	if len(ik) < 1+2+suffixLen || ik[0] != prefixKey {
-		return nil, 0, 0, errBadKey
-	}
-	body := ik[1 : len(ik)-suffixLen]
-	raw = make([]byte, 0, len(body))
-	for i := 0; i < len(body); i++ {
-		if body[i] != 0 {
-			raw = append(raw, body[i])
+// unescape decodes esc(raw) at the start of b, returning raw and the
+// length of the escape.
+func unescape(b []byte) (raw []byte, n int, err error) {
+	raw = make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != 0 {
+			raw = append(raw, b[i])
 			continue
 		}
-		if i+1 >= len(body) {
-			return nil, 0, 0, errBadKey
+		if i+1 >= len(b) {
+			return nil, 0, errBadKey
 		}
-		switch body[i+1] {
+		switch b[i+1] {
 		case 0xff:
 			raw = append(raw, 0)
 			i++
 		case 1:
-			if i+2 != len(body) {
-				return nil, 0, 0, errBadKey
-			}
-			i++
+			return raw, i + 2, nil
 		default:
-			return nil, 0, 0, errBadKey
+			return nil, 0, errBadKey
 		}
 	}
-	suffix := binary.BigEndian.Uint64(ik[len(ik)-suffixLen:])
-	if suffix != 0 {
-		rev = int64(^suffix)
+	return nil, 0, errBadKey
+}
+
+// splitKey decodes an object key into its raw key, its group prefix
+// length and its revision.
+func splitKey(ik []byte) (raw []byte, groupLen int, rev int64, err error) {
+	if len(ik) < 1+2+suffixLen || ik[0] != prefixKey {
+		return nil, 0, 0, errBadKey
 	}
-	return raw, len(ik) - suffixLen, rev, nil
+	raw, n, err := unescape(ik[1 : len(ik)-suffixLen])
+	if err != nil || 1+n != len(ik)-suffixLen {
+		return nil, 0, 0, errBadKey
+	}
+	return raw, len(ik) - suffixLen, int64(^binary.BigEndian.Uint64(ik[len(ik)-suffixLen:])), nil
+}
+
+// splitIndexKey decodes an index key into its raw key.
+func splitIndexKey(ik []byte) ([]byte, error) {
+	if len(ik) < 3 || ik[0] != prefixIndex {
+		return nil, errBadKey
+	}
+	raw, n, err := unescape(ik[1:])
+	if err != nil || 1+n != len(ik) {
+		return nil, errBadKey
+	}
+	return raw, nil
 }
 
 func logKey(rev int64, sub int) []byte {
@@ -137,4 +160,5 @@ var (
 	metaCompact = []byte("mcompact") // compact revision requested
 	metaCleaned = []byte("mcleaned") // compact revision fully cleaned up
 	metaMember  = []byte("mmember")  // cluster and member ids, raft term
+	metaLayout  = []byte("mlayout")  // version of the key layout above
 )

@@ -95,32 +95,29 @@ func (t *leaseTable) load(r engine.Reader) (int64, error) {
 		t.ttl[int64(binary.BigEndian.Uint64(it.Key()[1:]))] = int64(binary.BigEndian.Uint64(b))
 	}
 	it.Close()
-	it = r.Iterate([]byte{prefixKey}, []byte{prefixKey + 1}, false)
+	it = r.Iterate([]byte{prefixIndex}, []byte{prefixIndex + 1}, false)
 	defer it.Close()
 	var keys int64
-	for it.Valid() {
-		raw, gl, srev, err := splitKey(it.Key())
+	for ; it.Valid(); it.Next() {
+		b, err := it.Value()
 		if err != nil {
 			return 0, err
 		}
-		group := bytes.Clone(it.Key()[:gl])
-		if srev == 0 {
-			b, err := it.Value()
-			if err != nil {
-				return 0, err
-			}
-			m, err := decodeMeta(b)
-			if err != nil {
-				return 0, err
-			}
-			if !m.deleted {
-				keys++
-				if m.lease != 0 {
-					t.attach(m.lease, string(raw))
-				}
-			}
+		m, err := decodeMeta(b)
+		if err != nil {
+			return 0, err
 		}
-		skipGroup(it, group)
+		if m.deleted {
+			continue
+		}
+		keys++
+		if m.lease != 0 {
+			raw, err := splitIndexKey(it.Key())
+			if err != nil {
+				return 0, err
+			}
+			t.attach(m.lease, string(raw))
+		}
 	}
 	return keys, nil
 }

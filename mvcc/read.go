@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -105,7 +106,7 @@ func versionAt(it engine.Iterator, raw []byte) (*mvccpb.KeyValue, error) {
 		ModRevision:    orev,
 		Version:        ver.version,
 		Lease:          ver.lease,
-		Value:          ver.value,
+		Value:          bytes.Clone(ver.value), // b is valid only until Next
 	}, nil
 }
 
@@ -119,23 +120,150 @@ func (m meta) keyValue(raw []byte) *mvccpb.KeyValue {
 	}
 }
 
+// emptyRange reports whether [key, end) holds no key at all (end as in
+// keyRange).
+func emptyRange(key, end []byte) bool {
+	return len(end) > 0 && !(len(end) == 1 && end[0] == 0) && bytes.Compare(key, end) >= 0
+}
+
 // scan calls fn, in raw-key order, for every key in [key, end) that
-// exists at rev (end as in keyRange). Values are read only when
-// withValue is set. fn returns false to stop, or a nil error.
+// exists at rev (end as in keyRange). With values it walks the object
+// versions; without, only the index. fn returns false to stop.
 func (v *view) scan(key, end []byte, rev int64, withValue bool, fn func(*mvccpb.KeyValue) bool) error {
-	if len(end) > 0 && !(len(end) == 1 && end[0] == 0) && bytes.Compare(key, end) >= 0 {
+	if emptyRange(key, end) {
 		return nil
 	}
-	lo, hi := keyRange(key, end)
+	if withValue {
+		return v.scanObjects(key, end, rev, fn)
+	}
+	older := v.olderReader()
+	defer older.close()
+	return v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
+		raw, err := splitIndexKey(ik)
+		if err != nil {
+			return false, err
+		}
+		if m.mod <= rev {
+			if m.deleted {
+				return true, nil
+			}
+			return fn(m.keyValue(raw)), nil
+		}
+		kv, err := older.at(raw, rev)
+		if err != nil || kv == nil {
+			return err == nil, err
+		}
+		kv.Value = nil
+		return fn(kv), nil
+	})
+}
+
+// count counts the keys in [key, end) that exist at rev. It reads the
+// index alone and decodes a raw key only for the few keys written after
+// rev, so it costs a step and a small decode per key and allocates
+// nothing for the rest.
+func (v *view) count(key, end []byte, rev int64) (int64, error) {
+	if emptyRange(key, end) {
+		return 0, nil
+	}
+	older := v.olderReader()
+	defer older.close()
+	var n int64
+	err := v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
+		if m.mod <= rev {
+			if !m.deleted {
+				n++
+			}
+			return true, nil
+		}
+		raw, err := splitIndexKey(ik)
+		if err != nil {
+			return false, err
+		}
+		kv, err := older.at(raw, rev)
+		if kv != nil {
+			n++
+		}
+		return err == nil, err
+	})
+	return n, err
+}
+
+// walkIndex calls fn with the index key and the state of every key in
+// [key, end), in order, until fn returns false or an error. The index key
+// is valid only during the call.
+func (v *view) walkIndex(key, end []byte, fn func(ik []byte, m meta) (bool, error)) error {
+	lo, hi := keyRange(prefixIndex, key, end)
 	it := v.r.Iterate(lo, hi, false)
 	defer it.Close()
-	for it.Valid() {
-		raw, gl, srev, err := splitKey(it.Key())
+	for ; it.Valid(); it.Next() {
+		b, err := it.Value()
 		if err != nil {
 			return err
 		}
-		group := bytes.Clone(it.Key()[:gl])
-		kv, err := v.groupAt(it, raw, group, srev, rev, withValue)
+		m, err := decodeMeta(b)
+		if err != nil {
+			return fmt.Errorf("index %q: %w", it.Key(), err)
+		}
+		if more, err := fn(it.Key(), m); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// olderVersions finds the version of a key at a revision older than its
+// latest, for index walks that meet keys written after the revision they
+// read at. It opens one object iterator on first use and seeks it from
+// key to key.
+type olderVersions struct {
+	r  engine.Reader
+	it engine.Iterator
+}
+
+func (v *view) olderReader() *olderVersions { return &olderVersions{r: v.r} }
+
+// at returns raw's key-value at rev, nil if it did not exist then.
+func (o *olderVersions) at(raw []byte, rev int64) (*mvccpb.KeyValue, error) {
+	if o.it == nil {
+		o.it = o.r.Iterate([]byte{prefixKey}, []byte{prefixKey + 1}, false)
+	}
+	k := objectKey(raw, rev)
+	o.it.Seek(k)
+	if !o.it.Valid() || !bytes.HasPrefix(o.it.Key(), k[:len(k)-suffixLen]) {
+		return nil, nil
+	}
+	return versionAt(o.it, raw)
+}
+
+func (o *olderVersions) close() {
+	if o.it != nil {
+		o.it.Close()
+	}
+}
+
+// scanObjects is scan with values: one walk over the object versions,
+// taking from each key's group the newest version at or below rev.
+func (v *view) scanObjects(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
+	lo, hi := keyRange(prefixKey, key, end)
+	it := v.r.Iterate(lo, hi, false)
+	defer it.Close()
+	var group []byte
+	for it.Valid() {
+		raw, gl, orev, err := splitKey(it.Key())
+		if err != nil {
+			return err
+		}
+		group = append(group[:0], it.Key()[:gl]...)
+		if orev > rev {
+			// Versions follow newest first: the one at rev is past the
+			// newer ones, a seek away.
+			it.Seek(binary64(group, ^uint64(rev)))
+			if !it.Valid() || !bytes.HasPrefix(it.Key(), group) {
+				continue
+			}
+		}
+		kv, err := versionAt(it, raw)
 		if err != nil {
 			return err
 		}
@@ -147,57 +275,10 @@ func (v *view) scan(key, end []byte, rev int64, withValue bool, fn func(*mvccpb.
 	return nil
 }
 
-// groupAt reads the version of one key group at rev, starting with the
-// iterator on the group's first entry. It leaves the iterator inside the
-// group or just past it.
-func (v *view) groupAt(it engine.Iterator, raw, group []byte, srev, rev int64, withValue bool) (*mvccpb.KeyValue, error) {
-	if srev == 0 {
-		b, err := it.Value()
-		if err != nil {
-			return nil, err
-		}
-		m, err := decodeMeta(b)
-		if err != nil {
-			return nil, fmt.Errorf("index of %q: %w", raw, err)
-		}
-		if m.mod <= rev {
-			if m.deleted {
-				return nil, nil
-			}
-			if !withValue {
-				return m.keyValue(raw), nil
-			}
-			// Objects follow the index newest first.
-			it.Next()
-		} else {
-			it.Seek(binary64(group, ^uint64(rev)))
-		}
-		if !it.Valid() || !bytes.HasPrefix(it.Key(), group) {
-			return nil, nil
-		}
-	} else if srev > rev {
-		it.Seek(binary64(group, ^uint64(rev)))
-		if !it.Valid() || !bytes.HasPrefix(it.Key(), group) {
-			return nil, nil
-		}
-	}
-	kv, err := versionAt(it, raw)
-	if err != nil || kv == nil || kv.ModRevision > rev {
-		return nil, err
-	}
-	if !withValue {
-		kv.Value = nil
-	}
-	return kv, nil
-}
-
 func binary64(group []byte, x uint64) []byte {
 	k := make([]byte, len(group), len(group)+suffixLen)
 	copy(k, group)
-	for s := 56; s >= 0; s -= 8 {
-		k = append(k, byte(x>>s))
-	}
-	return k
+	return binary.BigEndian.AppendUint64(k, x)
 }
 
 // skipGroup moves the iterator to the first entry after group. A few

@@ -60,7 +60,7 @@ func newSpillTxn(eng engine.Engine, rev int64) (*spillTxn, error) {
 // undoable reports whether a write to k can be taken back from the change
 // log, so it may be committed before the request ends.
 func undoable(k []byte) bool {
-	return len(k) > 0 && (k[0] == prefixKey || k[0] == prefixLog)
+	return len(k) > 0 && (k[0] == prefixIndex || k[0] == prefixKey || k[0] == prefixLog)
 }
 
 func (t *spillTxn) Get(k []byte) ([]byte, error) {

@@ -74,6 +74,9 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		leases: newLeaseTable(),
 		counts: newCountCache(),
 	}
+	if err := upgradeLayout(context.Background(), eng); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	if err := s.recover(); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}

@@ -106,15 +106,6 @@ func (v *view) cachedCount(key, end []byte, rev int64) (int64, bool) {
 	return v.counts.get(countKey{string(key), string(end), rev})
 }
 
-func (v *view) count(key, end []byte, rev int64) (int64, error) {
-	var n int64
-	err := v.scan(key, end, rev, false, func(*mvccpb.KeyValue) bool {
-		n++
-		return true
-	})
-	return n, err
-}
-
 func hasRevisionFilters(r *pb.RangeRequest) bool {
 	return r.MinModRevision != 0 || r.MaxModRevision != 0 ||
 		r.MinCreateRevision != 0 || r.MaxCreateRevision != 0

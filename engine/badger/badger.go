@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	bdg "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -28,7 +30,24 @@ type Options struct {
 	InMemory bool
 	// Logger receives Badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
+	// MemTableSize is the size of one memtable; zero means
+	// DefaultMemTableSize. Badger keeps up to two in memory, and flushing
+	// one builds its table in memory too, so this is what a write burst
+	// costs in memory: about four times it at the peak.
+	MemTableSize int64
+	// BlockCacheSize and IndexCacheSize size Badger's caches of table
+	// blocks and table indexes; zero means none. Tables are not
+	// compressed, so blocks are read in place from the mapped file and
+	// the block cache saves little; without an index cache every table's
+	// index stays in memory, which for a Kubernetes-sized store is small.
+	BlockCacheSize, IndexCacheSize int64
+	// MappedLimit bounds the resident pages of Badger's memory-mapped
+	// data files (see trimMapped); zero leaves them to the kernel.
+	MappedLimit int64
 }
+
+// DefaultMemTableSize is the memtable size when Options gives none.
+const DefaultMemTableSize = 8 << 20
 
 // DB is an engine.Engine backed by Badger.
 type DB struct {
@@ -41,6 +60,10 @@ type DB struct {
 	gate sync.RWMutex
 	// gc runs one GC at a time.
 	gc sync.Mutex
+
+	stopTrim  chan struct{} // closed by Close
+	trimDone  chan struct{}
+	closeTrim sync.Once
 }
 
 var _ engine.Engine = (*DB)(nil)
@@ -53,22 +76,33 @@ var _ engine.Engine = (*DB)(nil)
 // check would only cost memory and make background compaction deletes
 // abort foreground transactions.
 func Open(o Options) (*DB, error) {
+	memTable := o.MemTableSize
+	if memTable <= 0 {
+		memTable = DefaultMemTableSize
+	}
 	opts := bdg.DefaultOptions(o.Dir).
 		WithInMemory(o.InMemory).
 		WithSyncWrites(!o.InMemory).
 		WithDetectConflicts(false).
 		WithNumVersionsToKeep(1).
 		// A small footprint: single-node Kubernetes keeps well under a few
-		// GiB, so smaller memtables, caches and value-log files suffice.
-		WithMemTableSize(64 << 20).
+		// GiB, so small memtables, caches and value-log files suffice.
+		// Uncompressed tables are read straight from their mapped files:
+		// no block is decompressed into the heap, and the pages they
+		// occupy are the kernel's page cache, which it can reclaim.
+		WithMemTableSize(memTable).
 		WithNumMemtables(2).
-		WithNumLevelZeroTables(2).
-		WithNumLevelZeroTablesStall(8).
-		WithBlockCacheSize(32 << 20).
-		WithIndexCacheSize(16 << 20).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(12).
+		WithBaseTableSize(2 << 20).
+		WithBlockCacheSize(o.BlockCacheSize).
+		WithIndexCacheSize(o.IndexCacheSize).
 		WithValueLogFileSize(64 << 20).
+		// Badger refuses a value threshold above a memtable's largest
+		// batch (15% of it); values past it go to the value log.
+		WithValueThreshold(min(1<<20, memTable/8)).
 		WithNumCompactors(2).
-		WithCompression(options.Snappy).
+		WithCompression(options.None).
 		WithMetricsEnabled(false).
 		WithLogger(logger{o.Logger})
 	if o.InMemory {
@@ -81,11 +115,41 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
-	dir := o.Dir
-	if o.InMemory {
-		dir = ""
+	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{})}
+	if !o.InMemory {
+		d.dir = o.Dir
 	}
-	return &DB{db: db, dir: dir}, nil
+	go d.trim(o.MappedLimit)
+	return d, nil
+}
+
+// trim keeps the resident pages of the data files' mappings under limit,
+// looking once a second.
+func (d *DB) trim(limit int64) {
+	defer close(d.trimDone)
+	if limit <= 0 || d.dir == "" {
+		return
+	}
+	// /proc/self/maps names files by their resolved absolute path.
+	dir, err := filepath.Abs(d.dir)
+	if err == nil {
+		dir, err = filepath.EvalSymlinks(dir)
+	}
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.stopTrim:
+			return
+		case <-tick.C:
+		}
+		if n, ok := mappedResident(); ok && n > limit {
+			trimMapped(dir)
+		}
+	}
 }
 
 // Snapshot implements engine.Engine.
@@ -132,7 +196,11 @@ func (d *DB) Size() int64 {
 }
 
 // Close implements engine.Engine.
-func (d *DB) Close() error { return d.db.Close() }
+func (d *DB) Close() error {
+	d.closeTrim.Do(func() { close(d.stopTrim) })
+	<-d.trimDone
+	return d.db.Close()
+}
 
 // GC reclaims the space of deleted and overwritten data; it backs
 // Maintenance.Defragment. Reads and writes go on meanwhile, except that
@@ -252,6 +320,7 @@ type iterator struct {
 	it         *bdg.Iterator
 	start, end []byte
 	reverse    bool
+	buf        []byte // Value's result, reused from entry to entry
 }
 
 func (i *iterator) Valid() bool {
@@ -291,10 +360,11 @@ func (i *iterator) skipFlushKey() {
 func (i *iterator) Key() []byte { return i.it.Item().Key() }
 
 func (i *iterator) Value() ([]byte, error) {
-	v, err := i.it.Item().ValueCopy(nil)
+	v, err := i.it.Item().ValueCopy(i.buf[:0])
 	if err != nil {
 		return nil, fmt.Errorf("iterator value: %w", err)
 	}
+	i.buf = v
 	return v, nil
 }
 
