@@ -29,7 +29,7 @@ type budget struct {
 // Defaults for a sett with no limit: sized for a small Kubernetes control
 // plane, not for the largest store Badger can hold.
 const (
-	defaultMemTable   = 8 << 20
+	defaultMemTable   = 4 << 20
 	defaultRingBytes  = 8 << 20
 	defaultFileMapped = 32 << 20
 )

@@ -94,7 +94,7 @@ func Open(o Options) (*DB, error) {
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
-		WithBaseTableSize(2 << 20).
+		WithBaseTableSize(1 << 20).
 		WithBlockCacheSize(o.BlockCacheSize).
 		WithIndexCacheSize(o.IndexCacheSize).
 		WithValueLogFileSize(64 << 20).
@@ -124,7 +124,7 @@ func Open(o Options) (*DB, error) {
 }
 
 // trim keeps the resident pages of the data files' mappings under limit,
-// looking once a second.
+// looking four times a second: under a write burst new tables fill pages fast.
 func (d *DB) trim(limit int64) {
 	defer close(d.trimDone)
 	if limit <= 0 || d.dir == "" {
@@ -138,7 +138,7 @@ func (d *DB) trim(limit int64) {
 	if err != nil {
 		return
 	}
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {

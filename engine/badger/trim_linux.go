@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,12 @@ import (
 // something else between reading /proc/self/maps and the call (anonymous
 // memory would at worst be swapped out). That is why it is used rather
 // than MADV_DONTNEED, which zeroes anonymous memory.
+//
+// The kernel takes pages off a CPU's list of newly used pages only when
+// that list fills or is drained, and madvise drains only the calling
+// CPU's; pages a writer on another CPU touched last would stay resident
+// however often we asked from here. So the call is made once from each
+// CPU sett may run on.
 
 // mappedResident returns the resident bytes of file-backed mappings of
 // this process (RssFile in /proc/self/status).
@@ -47,13 +54,49 @@ func mappedResident() (int64, bool) {
 	return 0, false
 }
 
-// trimMapped pages out every shared mapping of a file in dir.
+// trimMapped pages out every shared mapping of a file in dir, from each
+// CPU in turn.
 func trimMapped(dir string) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
+	ranges := mappedRanges(dir)
+	if len(ranges) == 0 {
 		return
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		pageOut(ranges)
+		return
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	for cpu := 0; cpu < len(all)*64; cpu++ {
+		if !all.IsSet(cpu) {
+			continue
+		}
+		var one unix.CPUSet
+		one.Set(cpu)
+		if unix.SchedSetaffinity(0, &one) == nil {
+			pageOut(ranges)
+		}
+	}
+}
+
+func pageOut(ranges [][2]uint64) {
+	for _, r := range ranges {
+		// An error means the range went away meanwhile: nothing to do.
+		_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(r[0]), uintptr(r[1]-r[0]), unix.MADV_PAGEOUT)
+	}
+}
+
+// mappedRanges lists the address ranges of shared mappings of files in
+// dir.
+func mappedRanges(dir string) [][2]uint64 {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return nil
+	}
 	defer f.Close()
+	var ranges [][2]uint64
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// start-end perms offset dev inode path
@@ -70,7 +113,7 @@ func trimMapped(dir string) {
 		if err1 != nil || err2 != nil || end <= start {
 			continue
 		}
-		// An error means the range went away meanwhile: nothing to do.
-		_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_PAGEOUT)
+		ranges = append(ranges, [2]uint64{start, end})
 	}
+	return ranges
 }
