@@ -85,6 +85,18 @@ func snapshotCommand() *cli.Command {
 				},
 			},
 			{
+				Name:   "ls",
+				Usage:  "list the snapshots in a snapshot directory, newest first",
+				Flags:  snapshotDirFlags(),
+				Action: snapshotLs,
+			},
+			{
+				Name:   "prune",
+				Usage:  "delete all but the newest --snapshot-retention snapshots in a snapshot directory",
+				Flags:  snapshotDirFlags(),
+				Action: snapshotPrune,
+			},
+			{
 				Name:      "status",
 				Usage:     "print a snapshot FILE's (sett's or etcd's) hash, revision, total keys, total size and version",
 				ArgsUsage: "FILE",
@@ -349,7 +361,12 @@ func snapshotRestore(c *cli.Context) error {
 	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("data-dir %q not empty or could not be read", dir)
 	}
-	snap, err := openSnapshot(path)
+	plain, done, err := decompressed(path)
+	if err != nil {
+		return err
+	}
+	defer done()
+	snap, err := openSnapshot(plain)
 	if err != nil {
 		return err
 	}
@@ -493,7 +510,12 @@ func snapshotStatus(c *cli.Context) error {
 	if format != "simple" && format != "table" && format != "json" {
 		return fmt.Errorf("--write-out %q: want simple, table or json", format)
 	}
-	snap, err := openSnapshot(path)
+	plain, done, err := decompressed(path)
+	if err != nil {
+		return err
+	}
+	defer done()
+	snap, err := openSnapshot(plain)
 	if err != nil {
 		return err
 	}
@@ -507,12 +529,12 @@ func snapshotStatus(c *cli.Context) error {
 		// checked by bbolt in a child process.
 		check := snap.verify
 		if snap.sum == nil {
-			check = func() error { return checkEtcdFile(path) }
+			check = func() error { return checkEtcdFile(plain) }
 		}
 		if err := check(); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
-		ei, err := etcdsnap.Status(path)
+		ei, err := etcdsnap.Status(plain)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}

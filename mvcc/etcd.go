@@ -212,7 +212,9 @@ func ExportEtcd(r engine.Reader, fn func(EtcdRevision) error) (EtcdState, []Leas
 			return st, nil, err
 		}
 	}
-	it := r.Iterate(logKey(max(compact, 0), 0), []byte{prefixLog + 1}, false)
+	// Up to the recorded revision only: an engine snapshot can hold part
+	// of a large request still being written (see spillTxn).
+	it := r.Iterate(logKey(max(compact, 0), 0), logKey(st.Rev+1, 0), false)
 	defer it.Close()
 	for ; it.Valid(); it.Next() {
 		rev, sub, err := splitLogKey(it.Key())
