@@ -336,3 +336,71 @@ func TestEtcdSnapshotRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduledSnapshots: sett serving with a snapshot schedule writes
+// snapshots into the snapshot directory, keeps the newest
+// --snapshot-retention of them, and each restores; `sett snapshot ls`
+// lists them and `sett snapshot prune` thins them.
+func TestScheduledSnapshots(t *testing.T) {
+	for _, tc := range []struct {
+		format   string
+		compress bool
+	}{{"etcd", true}, {"sett", false}} {
+		t.Run(tc.format, func(t *testing.T) {
+			dir := t.TempDir()
+			snaps := filepath.Join(dir, "snaps")
+			addr := freePort(t)
+			args := []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen-client-urls", "http://" + addr,
+				"--log-format", "json", "--snapshot-schedule-cron", "@every 1s", "--snapshot-dir", snaps,
+				"--snapshot-retention", "2", "--snapshot-format", tc.format}
+			if tc.compress {
+				args = append(args, "--snapshot-compress")
+			}
+			s := spawn(t, args...)
+			cli := newClient(t, addr)
+			s.awaitReady(cli)
+			put, err := cli.Put(context.Background(), "scheduled", tc.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for strings.Count(s.logTail(), "scheduled snapshot saved") < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("fewer than 3 scheduled snapshots in 60s:\n%s", s.logTail())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			s.stop() // waits for a snapshot in progress, and its pruning
+
+			out, errOut, code := runSett(t, "snapshot", "ls", "--snapshot-dir", snaps)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if code != 0 || len(lines) != 3 {
+				t.Fatalf("snapshot ls: exit %d, want 2 snapshots:\n%s%s", code, out, errOut)
+			}
+			newest := filepath.Join(snaps, strings.Fields(lines[1])[0])
+			if tc.compress != strings.HasSuffix(newest, ".zst") {
+				t.Fatalf("newest snapshot %s, compress %v", newest, tc.compress)
+			}
+			if st := statusOf(t, newest); st.Revision != put.Header.Revision {
+				t.Fatalf("status of %s: %+v, want revision %d", newest, st, put.Header.Revision)
+			}
+			restored := filepath.Join(dir, "restored")
+			if _, errOut, code := runSett(t, "snapshot", "restore", newest, "--data-dir", restored); code != 0 {
+				t.Fatalf("restore %s: exit %d\n%s", newest, code, errOut)
+			}
+			r := startChild(t, restored, freePort(t))
+			got, err := newClient(t, r.addr).Get(context.Background(), "scheduled")
+			if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != tc.format || got.Header.Revision != put.Header.Revision {
+				t.Fatalf("restored from %s: %v (%v)", newest, got, err)
+			}
+
+			out, errOut, code = runSett(t, "snapshot", "prune", "--snapshot-dir", snaps, "--snapshot-retention", "1")
+			if code != 0 || strings.Count(out, "Removed ") != 1 {
+				t.Fatalf("snapshot prune: exit %d\n%s%s", code, out, errOut)
+			}
+			if left, _ := os.ReadDir(snaps); len(left) != 1 || left[0].Name() != filepath.Base(newest) {
+				t.Fatalf("after prune: %v, want only %s", left, filepath.Base(newest))
+			}
+		})
+	}
+}
