@@ -44,11 +44,15 @@ func snapshotFlags() []cli.Flag {
 // snapshotDirFlags are the flags of snapshot ls and prune, named and
 // set by environment as serve's.
 func snapshotDirFlags() []cli.Flag {
-	flags := []cli.Flag{
+	return withEnv(
 		&cli.StringFlag{Name: "snapshot-dir", Usage: "the snapshot directory (required)"},
 		&cli.StringFlag{Name: "snapshot-name", Value: "sett-snapshot", Usage: "file name prefix of the snapshots"},
 		&cli.IntFlag{Name: "snapshot-retention", Value: 5, Usage: "snapshots prune keeps"},
-	}
+	)
+}
+
+// withEnv gives each flag its SETT_ and ETCD_ environment variables.
+func withEnv(flags ...cli.Flag) []cli.Flag {
 	for _, f := range flags {
 		setEnv(f)
 	}

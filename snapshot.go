@@ -66,10 +66,10 @@ func snapshotCommand() *cli.Command {
 				Name:      "restore",
 				Usage:     "restore a snapshot FILE (sett's or etcd's) into a new data directory",
 				ArgsUsage: "FILE",
-				Flags: []cli.Flag{
+				Flags: withEnv(
 					&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
 					&cli.BoolFlag{Name: "skip-hash-check", Usage: "restore even if the snapshot has no SHA-256 or it does not match"},
-				},
+				),
 				Action: snapshotRestore,
 			},
 			{
@@ -100,9 +100,9 @@ func snapshotCommand() *cli.Command {
 				Name:      "status",
 				Usage:     "print a snapshot FILE's (sett's or etcd's) hash, revision, total keys, total size and version",
 				ArgsUsage: "FILE",
-				Flags: []cli.Flag{
+				Flags: withEnv(
 					&cli.StringFlag{Name: "write-out", Aliases: []string{"w"}, Value: "simple", Usage: "simple, table or json"},
-				},
+				),
 				Action: snapshotStatus,
 			},
 		},
@@ -276,7 +276,14 @@ func settToEtcd(r io.Reader, path, scratch string) (etcdsnap.Info, error) {
 		return etcdsnap.Info{}, err
 	}
 	defer es.Close()
-	info, err := etcdsnap.Write(es, path, nil)
+	log := slog.Default()
+	start, last := time.Now(), time.Now()
+	info, err := etcdsnap.Write(es, path, func(n int64) {
+		if time.Since(last) >= 2*time.Second {
+			last = time.Now()
+			log.Info("converting to etcd's format", "revisions_written", n, "elapsed", time.Since(start).Round(time.Second))
+		}
+	})
 	if err != nil {
 		return info, fmt.Errorf("write %s: %w", path, err)
 	}
