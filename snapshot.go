@@ -398,7 +398,10 @@ func snapshotRestore(c *cli.Context) error {
 	if etcdsnap.IsSnapshot(snap.f) {
 		var ei etcdsnap.Info
 		ei, err = restoreEtcdInto(tmp, snap, c.Bool("skip-hash-check"), log)
-		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Keys}
+		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
+		if ei.AuthEnabled {
+			log.Warn("etcd had authentication enabled; sett serves without it, so its users and roles are not restored")
+		}
 		if err != nil {
 			err = fmt.Errorf("%s: %w", path, err)
 		}

@@ -62,6 +62,9 @@ var (
 	metaConsistentIndex  = []byte("consistent_index")
 	metaTerm             = []byte("term")
 	metaStorageVersion   = []byte("storageVersion")
+
+	bucketAuth  = []byte("auth")
+	authEnabled = []byte("authEnabled")
 )
 
 // storageVersion is the schema version written into exported files: the
@@ -89,7 +92,7 @@ type Info struct {
 	Revision int64
 	// CompactRevision is the compact revision, -1 if never compacted.
 	CompactRevision int64
-	// Keys counts the keys that exist at Revision.
+	// Keys counts the keys that exist at Revision (Status only).
 	Keys int64
 	// Revisions counts the entries of the key bucket.
 	Revisions int64
@@ -99,6 +102,9 @@ type Info struct {
 	Size int64
 	// Version is the storage version the file records, if any.
 	Version string
+	// AuthEnabled says etcd had authentication on (Restore only); sett
+	// serves without it.
+	AuthEnabled bool
 }
 
 // open opens the bbolt database at path read-only and checks its
@@ -308,7 +314,9 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 			return err
 		}
 		defer im.Discard()
-		live := make(map[string]bool)
+		if a := tx.Bucket(bucketAuth); a != nil {
+			info.AuthEnabled = bytes.Equal(a.Get(authEnabled), []byte{1})
+		}
 		err = tx.Bucket(bucketKey).ForEach(func(k, v []byte) error {
 			r, err := decodeRevision(k, v)
 			if err != nil {
@@ -318,11 +326,6 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 				return err
 			}
 			info.Revision = r.Main
-			if r.Tombstone {
-				delete(live, string(r.KV.Key))
-			} else {
-				live[string(r.KV.Key)] = true
-			}
 			if progress != nil && im.Revisions()%10000 == 0 {
 				progress(im.Revisions())
 			}
@@ -331,7 +334,7 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 		if err != nil {
 			return err
 		}
-		info.Revisions, info.Keys = im.Revisions(), int64(len(live))
+		info.Revisions = im.Revisions()
 		if b := tx.Bucket(bucketLease); b != nil {
 			err = b.ForEach(func(k, v []byte) error {
 				var l leasepb.Lease
@@ -461,7 +464,15 @@ func Write(r engine.Reader, path string, progress Progress) (info Info, err erro
 	if progress != nil {
 		progress(info.Revisions)
 	}
+	// bbolt grows its file ahead of use; what lies past the last page
+	// in use is nothing, and etcd's own snapshots leave it out.
+	if err := db.View(func(tx *bolt.Tx) error { info.Size = tx.Size(); return nil }); err != nil {
+		return Info{}, err
+	}
 	if err := db.Close(); err != nil {
+		return Info{}, err
+	}
+	if err := os.Truncate(tmp, info.Size); err != nil {
 		return Info{}, err
 	}
 	if info.Size, err = appendHash(tmp); err != nil {
