@@ -240,7 +240,8 @@ func sameEvents(a, b []*clientv3.Event) bool {
 // etcd that wrote it serves, and sett's `snapshot save --format etcd`,
 // restored by etcdutl's own restore into a real etcd, serves it too.
 func TestEtcdSnapshotRoundTrip(t *testing.T) {
-	src := newClient(t, startEtcd(t))
+	srcAddr := startEtcd(t)
+	src := newClient(t, srcAddr)
 	compact := seedHistory(t, src, 7)
 	dir := t.TempDir()
 	etcdFile := filepath.Join(dir, "etcd.db")
@@ -274,6 +275,18 @@ func TestEtcdSnapshotRoundTrip(t *testing.T) {
 	if left, _ := filepath.Glob(exported + ".*"); len(left) > 0 {
 		t.Fatalf("save left %v behind", left)
 	}
+	if es, err := etcdutl.NewV3(zap.NewNop()).Status(exported); err != nil || es.Hash != statusOf(t, exported).Hash || es.Revision != st.Revision {
+		t.Fatalf("etcdutl status of sett's export: %+v (%v); sett's: %+v", es, err, statusOf(t, exported))
+	}
+	// From an etcd, --format etcd keeps the file the server sent.
+	fromEtcd := filepath.Join(dir, "from-etcd.db")
+	if _, errOut, code := runSett(t, "snapshot", "save", "--format", "etcd", "--endpoints", srcAddr, fromEtcd); code != 0 {
+		t.Fatalf("save --format etcd from etcd: exit %d\n%s", code, errOut)
+	}
+	if got := statusOf(t, fromEtcd); got.Revision != st.Revision || got.TotalKey != st.TotalKey {
+		t.Fatalf("saved from etcd: %+v, want %+v", got, st)
+	}
+
 	peer := "http://" + freePort(t)
 	etcdDir := filepath.Join(dir, "etcd.data")
 	err = etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
