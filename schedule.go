@@ -219,9 +219,9 @@ func compressFile(src, dst string) error {
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
 // decompressed returns a readable copy of the snapshot at path: path
-// itself, or, for a zstd-compressed file, a temporary file holding its
-// content, which done removes.
-func decompressed(path string) (plain string, done func(), err error) {
+// itself, or, for a zstd-compressed file, a temporary file in scratch
+// holding its content, which done removes.
+func decompressed(path, scratch string) (plain string, done func(), err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
@@ -239,7 +239,7 @@ func decompressed(path string) (plain string, done func(), err error) {
 		return "", nil, err
 	}
 	defer zr.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".plain-")
+	tmp, err := os.CreateTemp(scratch, "."+filepath.Base(path)+".plain-")
 	if err != nil {
 		return "", nil, err
 	}

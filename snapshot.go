@@ -368,7 +368,12 @@ func snapshotRestore(c *cli.Context) error {
 	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("data-dir %q not empty or could not be read", dir)
 	}
-	plain, done, err := decompressed(path)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return err
+	}
+	// A compressed snapshot is unpacked beside the target, where there
+	// must be room for the restore anyway.
+	plain, done, err := decompressed(path, filepath.Dir(dir))
 	if err != nil {
 		return err
 	}
@@ -387,9 +392,6 @@ func snapshotRestore(c *cli.Context) error {
 
 	// Restore beside the target and rename it into place once whole, so
 	// a failed restore leaves no half-filled data directory.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return err
-	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".restore-")
 	if err != nil {
 		return err
@@ -520,7 +522,7 @@ func snapshotStatus(c *cli.Context) error {
 	if format != "simple" && format != "table" && format != "json" {
 		return fmt.Errorf("--write-out %q: want simple, table or json", format)
 	}
-	plain, done, err := decompressed(path)
+	plain, done, err := decompressed(path, os.TempDir())
 	if err != nil {
 		return err
 	}
