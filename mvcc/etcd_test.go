@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -228,5 +229,28 @@ func TestEtcdImportRefusesDisorder(t *testing.T) {
 		if err := im.Put(bad); !errors.Is(err, ErrBadEtcdData) {
 			t.Errorf("%+v: %v, want %v", bad, err, ErrBadEtcdData)
 		}
+	}
+}
+
+// TestEtcdImportSpansTransactions: an import larger than one engine
+// transaction is committed across several and reads back whole.
+func TestEtcdImportSpansTransactions(t *testing.T) {
+	value := bytes.Repeat([]byte("v"), 64<<10)
+	var revs []EtcdRevision
+	for i := range 300 {
+		rev := int64(i + 2)
+		revs = append(revs, EtcdRevision{Main: rev, KV: &pbKV{
+			Key: []byte(fmt.Sprintf("big/%03d", i%200)), Value: value,
+			CreateRevision: rev - int64(i/200)*200, ModRevision: rev, Version: int64(i/200) + 1,
+		}})
+	}
+	s := importStore(t, revs, EtcdState{Rev: 301, Compact: -1, Cleaned: -1}, nil)
+	resp, err := s.Range(context.Background(), &pb.RangeRequest{Key: []byte("big/"), RangeEnd: []byte("big0"), CountOnly: true})
+	if err != nil || resp.Count != 200 || s.Rev() != 301 {
+		t.Fatalf("count %v (%v), revision %d", resp, err, s.Rev())
+	}
+	events, _, err := s.Events(context.Background(), 2, 1000)
+	if err != nil || len(events) != 300 || !bytes.Equal(events[299].KV.Value, value) || events[299].PrevKV == nil {
+		t.Fatalf("%d events (%v)", len(events), err)
 	}
 }
