@@ -276,14 +276,9 @@ func settToEtcd(r io.Reader, path, scratch string) (etcdsnap.Info, error) {
 		return etcdsnap.Info{}, err
 	}
 	defer es.Close()
-	log := slog.Default()
-	start, last := time.Now(), time.Now()
-	info, err := etcdsnap.Write(es, path, func(n int64) {
-		if time.Since(last) >= 2*time.Second {
-			last = time.Now()
-			log.Info("converting to etcd's format", "revisions_written", n, "elapsed", time.Since(start).Round(time.Second))
-		}
-	})
+	pr := newProgress(slog.Default(), "converting to etcd's format", "revisions", -1)
+	info, err := etcdsnap.Write(es, path, pr.set)
+	pr.finish()
 	if err != nil {
 		return info, fmt.Errorf("write %s: %w", path, err)
 	}
@@ -407,8 +402,13 @@ func snapshotRestore(c *cli.Context) error {
 		if err != nil {
 			err = fmt.Errorf("%s: %w", path, err)
 		}
-	} else if info, err = restoreInto(tmp, snap.backup()); err != nil {
-		err = backupErr(path, err)
+	} else {
+		pr := newProgress(log, "restoring snapshot", "bytes", snap.data)
+		info, err = restoreInto(tmp, pr.reader(snap.backup()))
+		pr.finish()
+		if err != nil {
+			err = backupErr(path, err)
+		}
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
@@ -466,14 +466,9 @@ func restoreEtcdInto(dir string, snap *snapshotFile, unverified bool, log *slog.
 	if err != nil {
 		return etcdsnap.Info{}, err
 	}
-	start := time.Now()
-	last := start
-	info, err := etcdsnap.Restore(boltFile.Name(), db, func(n int64) {
-		if time.Since(last) >= 2*time.Second {
-			last = time.Now()
-			log.Info("restoring etcd snapshot", "revisions_copied", n, "elapsed", time.Since(start).Round(time.Second))
-		}
-	})
+	pr := newProgress(log, "restoring etcd snapshot", "revisions", -1)
+	info, err := etcdsnap.Restore(boltFile.Name(), db, pr.set)
+	pr.finish()
 	if cerr := db.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -326,7 +326,7 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 				return err
 			}
 			info.Revision = r.Main
-			if progress != nil && im.Revisions()%10000 == 0 {
+			if progress != nil && im.Revisions()%1000 == 0 {
 				progress(im.Revisions())
 			}
 			return nil
@@ -412,10 +412,10 @@ func Write(r engine.Reader, path string, progress Progress) (info Info, err erro
 		pending = append(pending, [2][]byte{appendRevision(nil, rev.Main, rev.Sub, rev.Tombstone), v})
 		info.Revisions++
 		info.Revision = max(info.Revision, rev.Main)
+		if progress != nil && info.Revisions%1000 == 0 {
+			progress(info.Revisions)
+		}
 		if len(pending) >= batch {
-			if progress != nil {
-				progress(info.Revisions)
-			}
 			return flush()
 		}
 		return nil
