@@ -261,8 +261,8 @@ func exportKept(r engine.Reader, compact int64, fn func(EtcdRevision) error) err
 		group := bytes.Clone(it.Key()[:gl])
 		// Versions follow the index newest first: seek to the newest at or
 		// below compact.
-		it.Seek(binary64(group, ^uint64(compact)))
-		if it.Valid() && bytes.HasPrefix(it.Key(), group) && len(it.Key()) == len(group)+suffixLen {
+		it.Seek(objectKey(raw, compact))
+		if it.Valid() && bytes.HasPrefix(it.Key(), group) {
 			_, _, rev, err := splitKey(it.Key())
 			if err != nil {
 				return err
