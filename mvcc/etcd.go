@@ -142,6 +142,10 @@ func (im *EtcdImporter) Finish(st EtcdState) error {
 	if err := im.put(metaState, stateRecord(rev, st.Applied)); err != nil {
 		return err
 	}
+	// Written in this code's layout, so opening it has nothing to upgrade.
+	if err := im.put(metaLayout, binary.BigEndian.AppendUint64(nil, layoutVersion)); err != nil {
+		return err
+	}
 	if compact >= 0 {
 		if err := im.put(metaCompact, binary.BigEndian.AppendUint64(nil, uint64(compact))); err != nil {
 			return err

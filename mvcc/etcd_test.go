@@ -69,6 +69,15 @@ func importStore(t *testing.T, revs []EtcdRevision, st EtcdState, leases []Lease
 	if err := im.Finish(st); err != nil {
 		t.Fatal(err)
 	}
+	snap, err := db.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := readInt(snap, metaLayout, 1)
+	snap.Close()
+	if err != nil || layout != layoutVersion {
+		t.Fatalf("imported key layout %d (%v), want %d", layout, err, layoutVersion)
+	}
 	s, err := Open(db, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
