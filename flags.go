@@ -39,6 +39,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "text, json, or auto (text on a terminal)"},
 	}
+	flags = append(flags, snapshotFlags()...)
 	for _, f := range flags {
 		setEnv(f)
 	}

@@ -209,10 +209,25 @@ func runServe(c *cli.Context) error {
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
 	}, store, hub, ttl.New(store, ttl.Options{Logger: log}), db)
+	waitSnapshots := func() {}
+	if spec := c.String("snapshot-schedule-cron"); spec != "" {
+		sn := &snapshotter{
+			store: store, eng: db, dir: snapshotDir(c, dir), name: c.String("snapshot-name"),
+			format: c.String("snapshot-format"), compress: c.Bool("snapshot-compress"),
+			retention: c.Int("snapshot-retention"), log: log,
+		}
+		if waitSnapshots, err = sn.schedule(ctx, spec); err != nil {
+			store.Close()
+			db.Close()
+			return err
+		}
+	}
 	if err = srv.Listen(); err == nil {
 		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev())
 		err = srv.Serve(ctx)
 	}
+	stop()
+	waitSnapshots() // a snapshot being written needs the store
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

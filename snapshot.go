@@ -11,8 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/etcdsnap"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 )
@@ -33,6 +36,11 @@ import (
 // SHA-256 of everything before it. `sett snapshot save` fetches one as
 // `etcdctl snapshot save` does (etcdctl itself can too); restore and
 // status read it as etcdutl reads an etcd snapshot.
+//
+// Restore and status also read etcd's own snapshots (a bbolt database
+// and its SHA-256, see package etcdsnap), told apart by their first
+// page, and `save --format etcd` writes one, so data moves from etcd to
+// sett and back.
 
 func snapshotCommand() *cli.Command {
 	return &cli.Command{
@@ -50,26 +58,51 @@ func snapshotCommand() *cli.Command {
 					&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
 					&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
 					&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
+					&cli.StringFlag{Name: "format", Value: "sett", Usage: "sett (the server's own stream) or etcd (a bbolt file etcdutl snapshot restore accepts)", EnvVars: []string{"SETT_SNAPSHOT_FORMAT"}},
 				},
 				Action: snapshotSave,
 			},
 			{
 				Name:      "restore",
-				Usage:     "restore a snapshot FILE into a new data directory",
+				Usage:     "restore a snapshot FILE (sett's or etcd's) into a new data directory",
 				ArgsUsage: "FILE",
-				Flags: []cli.Flag{
+				Flags: withEnv(
 					&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
 					&cli.BoolFlag{Name: "skip-hash-check", Usage: "restore even if the snapshot has no SHA-256 or it does not match"},
-				},
+				),
 				Action: snapshotRestore,
 			},
 			{
-				Name:      "status",
-				Usage:     "print a snapshot FILE's hash, revision, total keys, total size and version",
+				// Run by restore and status in a child process: bbolt can
+				// panic on a damaged file in a goroutine of its own, where
+				// no recover reaches.
+				Name:      "check-etcd",
+				Hidden:    true,
 				ArgsUsage: "FILE",
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "write-out", Aliases: []string{"w"}, Value: "simple", Usage: "simple, table or json"},
+				Action: func(c *cli.Context) error {
+					_, err := etcdsnap.Status(c.Args().First())
+					return err
 				},
+			},
+			{
+				Name:   "ls",
+				Usage:  "list the snapshots in a snapshot directory, newest first",
+				Flags:  snapshotDirFlags(),
+				Action: snapshotLs,
+			},
+			{
+				Name:   "prune",
+				Usage:  "delete all but the newest --snapshot-retention snapshots in a snapshot directory",
+				Flags:  snapshotDirFlags(),
+				Action: snapshotPrune,
+			},
+			{
+				Name:      "status",
+				Usage:     "print a snapshot FILE's (sett's or etcd's) hash, revision, total keys, total size and version",
+				ArgsUsage: "FILE",
+				Flags: withEnv(
+					&cli.StringFlag{Name: "write-out", Aliases: []string{"w"}, Value: "simple", Usage: "simple, table or json"},
+				),
 				Action: snapshotStatus,
 			},
 		},
@@ -129,17 +162,37 @@ func snapshotSave(c *cli.Context) error {
 	if cfg.TLS, err = clientTLS(cfg.Endpoints, c.String("cacert"), c.String("cert"), c.String("key")); err != nil {
 		return err
 	}
+	format := c.String("format")
+	if format != "sett" && format != "etcd" {
+		return fmt.Errorf("--format %q: want sett or etcd", format)
+	}
 	ctx := c.Context
 	if d := c.Duration("command-timeout"); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
+	fetched := path
+	if format == "etcd" {
+		// The server streams its own format; it is converted here, so
+		// the server needs nothing new and the file is converted from
+		// one consistent state.
+		fetched = path + ".stream"
+		defer os.Remove(fetched)
+	}
 	// etcd's own client code: it writes FILE.part, requires the trailing
 	// SHA-256, syncs and renames.
-	version, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, path)
+	version, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, fetched)
 	if err != nil {
 		return err
+	}
+	if format == "etcd" {
+		info, err := exportEtcd(fetched, path)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("Converted to etcd's format: revision %d, compact revision %d, %d revisions, %d leases\n",
+			info.Revision, info.CompactRevision, info.Revisions, info.Leases)
 	}
 	fmt.Printf("Snapshot saved at %s\n", path)
 	if version != "" {
@@ -177,6 +230,59 @@ func clientTLS(endpoints []string, cacert, cert, key string) (*tls.Config, error
 		conf.Certificates = []tls.Certificate{pair}
 	}
 	return conf, nil
+}
+
+// exportEtcd converts the snapshot file src to an etcd snapshot at dst.
+// A file that already is one (fetched from an etcd) is kept as it is.
+func exportEtcd(src, dst string) (etcdsnap.Info, error) {
+	snap, err := openSnapshot(src)
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	defer snap.f.Close()
+	if err := snap.verify(); err != nil {
+		return etcdsnap.Info{}, err
+	}
+	if etcdsnap.IsSnapshot(snap.f) {
+		snap.f.Close()
+		if err := os.Rename(src, dst); err != nil {
+			return etcdsnap.Info{}, err
+		}
+		return etcdsnap.Status(dst)
+	}
+	return settToEtcd(snap.backup(), dst, filepath.Dir(dst))
+}
+
+// settToEtcd writes the sett backup read from r to path as an etcd
+// snapshot, which `etcdutl snapshot restore` accepts. The backup is
+// unpacked into a temporary Badger store in scratch (removed after) so
+// that it can be walked in revision order.
+func settToEtcd(r io.Reader, path, scratch string) (etcdsnap.Info, error) {
+	tmp, err := os.MkdirTemp(scratch, ".sett-export-")
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	defer os.RemoveAll(tmp)
+	db, err := badger.Open(badger.Options{Dir: tmp})
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	defer db.Close()
+	if _, err := mvcc.Restore(db, r); err != nil {
+		return etcdsnap.Info{}, fmt.Errorf("read backup: %w", err)
+	}
+	es, err := db.Snapshot()
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	defer es.Close()
+	pr := newProgress(slog.Default(), "converting to etcd's format", "revisions", -1)
+	info, err := etcdsnap.Write(es, path, pr.set)
+	pr.finish()
+	if err != nil {
+		return info, fmt.Errorf("write %s: %w", path, err)
+	}
+	return info, nil
 }
 
 // snapshotFile is an open snapshot file: its backup and padding (data)
@@ -231,7 +337,7 @@ func (s *snapshotFile) backup() io.Reader { return io.NewSectionReader(s.f, 0, s
 
 func backupErr(path string, err error) error {
 	if errors.Is(err, mvcc.ErrBadBackup) {
-		return fmt.Errorf("%s: %w (only snapshots taken from sett can be read)", path, err)
+		return fmt.Errorf("%s: %w (neither a sett snapshot nor an etcd one)", path, err)
 	}
 	return fmt.Errorf("%s: %w", path, err)
 }
@@ -257,7 +363,17 @@ func snapshotRestore(c *cli.Context) error {
 	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("data-dir %q not empty or could not be read", dir)
 	}
-	snap, err := openSnapshot(path)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return err
+	}
+	// A compressed snapshot is unpacked beside the target, where there
+	// must be room for the restore anyway.
+	plain, done, err := decompressed(path, filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	defer done()
+	snap, err := openSnapshot(plain)
 	if err != nil {
 		return err
 	}
@@ -271,17 +387,32 @@ func snapshotRestore(c *cli.Context) error {
 
 	// Restore beside the target and rename it into place once whole, so
 	// a failed restore leaves no half-filled data directory.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return err
-	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".restore-")
 	if err != nil {
 		return err
 	}
-	info, err := restoreInto(tmp, snap.backup())
+	var info mvcc.BackupInfo
+	if etcdsnap.IsSnapshot(snap.f) {
+		var ei etcdsnap.Info
+		ei, err = restoreEtcdInto(tmp, snap, c.Bool("skip-hash-check"), log)
+		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
+		if ei.AuthEnabled {
+			log.Warn("etcd had authentication enabled; sett serves without it, so its users and roles are not restored")
+		}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+	} else {
+		pr := newProgress(log, "restoring snapshot", "bytes", snap.data)
+		info, err = restoreInto(tmp, pr.reader(snap.backup()))
+		pr.finish()
+		if err != nil {
+			err = backupErr(path, err)
+		}
+	}
 	if err != nil {
 		os.RemoveAll(tmp)
-		return backupErr(path, err)
+		return err
 	}
 	os.Remove(dir) // empty, if it exists
 	if err := os.Rename(tmp, dir); err != nil {
@@ -310,6 +441,70 @@ func restoreInto(dir string, r io.Reader) (mvcc.BackupInfo, error) {
 	return info, err
 }
 
+// restoreEtcdInto restores the etcd snapshot snap into a new Badger
+// store in dir. bbolt reads a database from a file of its own, so the
+// database part of the snapshot is copied beside dir first.
+func restoreEtcdInto(dir string, snap *snapshotFile, unverified bool, log *slog.Logger) (etcdsnap.Info, error) {
+	boltFile, err := os.CreateTemp(filepath.Dir(dir), filepath.Base(dir)+".etcd-")
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	defer os.Remove(boltFile.Name())
+	_, err = io.Copy(boltFile, io.NewSectionReader(snap.f, 0, snap.data))
+	if cerr := boltFile.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	if unverified {
+		if err := checkEtcdFile(boltFile.Name()); err != nil {
+			return etcdsnap.Info{}, err
+		}
+	}
+	db, err := badger.Open(badger.Options{Dir: dir})
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	pr := newProgress(log, "restoring etcd snapshot", "revisions", -1)
+	info, err := etcdsnap.Restore(boltFile.Name(), db, pr.set)
+	pr.finish()
+	if cerr := db.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return info, err
+}
+
+// checkEtcdFile checks the bbolt database at path in a child process
+// (see check-etcd), so a file damaged in a way that makes bbolt panic is
+// refused with a message instead of a crash.
+func checkEtcdFile(path string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(exe, "snapshot", "check-etcd", path)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		for _, line := range strings.Split(msg, "\n") {
+			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "sett: ") {
+				msg = strings.TrimPrefix(strings.TrimPrefix(line, "panic: "), "sett: ")
+				break
+			}
+		}
+		if errors.Is(err, exec.ErrNotFound) || msg == "" {
+			msg = err.Error()
+		}
+		if !strings.Contains(msg, etcdsnap.ErrBadSnapshot.Error()) {
+			msg = etcdsnap.ErrBadSnapshot.Error() + ": " + msg
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
 // snapshotStatus prints what etcdutl's snapshot status prints: the hash
 // of every entry (the Hash RPC's number for the same state), the
 // revision, the entries, the backup's size and the storage version.
@@ -322,13 +517,37 @@ func snapshotStatus(c *cli.Context) error {
 	if format != "simple" && format != "table" && format != "json" {
 		return fmt.Errorf("--write-out %q: want simple, table or json", format)
 	}
-	snap, err := openSnapshot(path)
+	plain, done, err := decompressed(path, os.TempDir())
+	if err != nil {
+		return err
+	}
+	defer done()
+	snap, err := openSnapshot(plain)
 	if err != nil {
 		return err
 	}
 	defer snap.f.Close()
-	info, err := mvcc.ReadBackupInfo(snap.backup())
-	if err != nil {
+	var info mvcc.BackupInfo
+	version := server.Version
+	if etcdsnap.IsSnapshot(snap.f) {
+		// As etcdutl: the keys that exist, the database's size, and the
+		// storage version the file records. A file that carries its
+		// SHA-256 is checked against it first; one that does not is
+		// checked by bbolt in a child process.
+		check := snap.verify
+		if snap.sum == nil {
+			check = func() error { return checkEtcdFile(plain) }
+		}
+		if err := check(); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		ei, err := etcdsnap.Status(plain)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		info = mvcc.BackupInfo{Hash: ei.Hash, Revision: ei.Revision, Entries: ei.Keys, Size: ei.Size}
+		version = ei.Version
+	} else if info, err = mvcc.ReadBackupInfo(snap.backup()); err != nil {
 		return backupErr(path, err)
 	}
 	row := []string{
@@ -336,7 +555,7 @@ func snapshotStatus(c *cli.Context) error {
 		fmt.Sprint(info.Revision),
 		fmt.Sprint(info.Entries),
 		humanBytes(uint64(info.Size)),
-		server.Version,
+		version,
 	}
 	switch format {
 	case "simple":
@@ -350,7 +569,7 @@ func snapshotStatus(c *cli.Context) error {
 			TotalKey  int64  `json:"totalKey"`
 			TotalSize int64  `json:"totalSize"`
 			Version   string `json:"version"`
-		}{info.Hash, info.Revision, info.Entries, info.Size, server.Version})
+		}{info.Hash, info.Revision, info.Entries, info.Size, version})
 		fmt.Println(string(b))
 	}
 	return nil

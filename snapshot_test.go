@@ -222,13 +222,21 @@ func TestSnapshotCommands(t *testing.T) {
 	}
 	refuse("a snapshot without its checksum", "snapshot missing hash", "snapshot", "restore", noSum, "--data-dir", "TARGET")
 
-	// An etcd snapshot is a bolt database, which sett cannot read.
+	// An etcd snapshot (a bolt database) saved by etcdctl is read too;
+	// TestEtcdSnapshotRoundTrip checks what it restores.
 	etcdFile := filepath.Join(dir, "etcd.db")
 	ctl = exec.Command(etcdctlPath(t), "--endpoints="+startEtcd(t), "snapshot", "save", etcdFile)
 	if b, err := ctl.CombinedOutput(); err != nil {
 		t.Fatalf("etcdctl snapshot save from etcd: %v\n%s", err, b)
 	}
-	refuse("an etcd snapshot", "not a valid sett backup", "snapshot", "restore", etcdFile, "--data-dir", "TARGET")
+	if _, errOut, code := runSett(t, "snapshot", "restore", etcdFile, "--data-dir", filepath.Join(t.TempDir(), "from-etcd")); code != 0 {
+		t.Fatalf("restore an etcd snapshot saved by etcdctl: exit %d\n%s", code, errOut)
+	}
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, bytes.Repeat([]byte("not a snapshot "), 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refuse("neither sett's nor etcd's", "neither a sett snapshot nor an etcd one", "snapshot", "restore", "--skip-hash-check", garbage, "--data-dir", "TARGET")
 }
 
 // TestEtcdctlMaintenance drives the Maintenance service with etcdctl, as

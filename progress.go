@@ -1,0 +1,80 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// progress tells how far a long admin command (a restore, a conversion)
+// has got: a bar on a terminal, where a person waits for it, and a log
+// line every few seconds otherwise, where a log collector would make a
+// mess of a redrawn line.
+type progress struct {
+	bar   *progressbar.ProgressBar
+	log   *slog.Logger
+	what  string
+	unit  string
+	start time.Time
+	last  time.Time
+}
+
+// newProgress starts reporting on what, counted in unit ("bytes" or a
+// noun); total is -1 when unknown.
+func newProgress(log *slog.Logger, what, unit string, total int64) *progress {
+	p := &progress{log: log, what: what, unit: unit, start: time.Now(), last: time.Now()}
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		opts := []progressbar.Option{
+			progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription(what),
+			progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(100 * time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		}
+		if unit == "bytes" {
+			opts = append(opts, progressbar.OptionShowBytes(true))
+		} else {
+			opts = append(opts, progressbar.OptionSetItsString(unit))
+		}
+		p.bar = progressbar.NewOptions64(total, opts...)
+	}
+	return p
+}
+
+// set reports that n units are done.
+func (p *progress) set(n int64) {
+	if p.bar != nil {
+		p.bar.Set64(n)
+		return
+	}
+	if time.Since(p.last) >= 2*time.Second {
+		p.last = time.Now()
+		p.log.Info(p.what, p.unit, n, "elapsed", time.Since(p.start).Round(time.Second))
+	}
+}
+
+// finish removes the bar.
+func (p *progress) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+}
+
+// reader counts the bytes read through r as progress.
+func (p *progress) reader(r io.Reader) io.Reader { return &progressReader{r: r, p: p} }
+
+type progressReader struct {
+	r io.Reader
+	p *progress
+	n int64
+}
+
+func (pr *progressReader) Read(b []byte) (int, error) {
+	n, err := pr.r.Read(b)
+	pr.n += int64(n)
+	pr.p.set(pr.n)
+	return n, err
+}
