@@ -39,6 +39,8 @@ type config struct {
 	watchRSSLimit int64 // a server past this RSS in workload 6 is stopped
 	memoryLimit   string
 	only          string
+	servers       string
+	settFlags     string
 	timeout       time.Duration
 }
 
@@ -91,6 +93,8 @@ func run() int {
 	flag.Int64Var(&cfg.watchRSSLimit, "watch-rss-limit", 6<<30, "bytes of server RSS at which workload 6 gives up")
 	flag.StringVar(&cfg.memoryLimit, "memory-limit", "128MiB", "sett's --memory-limit in workload 7")
 	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words")
+	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated")
+	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
 	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
 	flag.Parse()
 	cfg.scaleBy(scale)
@@ -126,7 +130,7 @@ func run() int {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 	start := time.Now()
-	fmt.Printf("process benchmark: sett %s, etcd %s, data under %s\n", version(settBin), version(etcdBin), root)
+	fmt.Printf("process benchmark: sett (%s), etcd (%s), data under %s\n", version(settBin), version(etcdBin), root)
 	for i, w := range workloads {
 		if !cfg.selected(w.name) {
 			continue
@@ -136,7 +140,7 @@ func run() int {
 			kinds = []string{"sett", "etcd"}
 		}
 		for _, kind := range kinds {
-			if w.settOnly && kind != "sett" {
+			if w.settOnly && kind != "sett" || !strings.Contains(cfg.servers, kind) {
 				continue
 			}
 			if ctx.Err() != nil {

@@ -276,6 +276,9 @@ func (b *bench) newServer(kind string, args, env []string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if kind == "sett" {
+		args = append(strings.Fields(b.cfg.settFlags), args...)
+	}
 	s := &server{kind: kind, bin: b.bins[kind], dir: filepath.Join(dir, "data"), log: filepath.Join(dir, "log"), args: args, env: env}
 	return s, nil
 }
@@ -289,5 +292,6 @@ func (b *bench) startServer(kind string, args, env []string) (*server, error) {
 	if err := s.start(); err != nil {
 		return nil, err
 	}
+	fmt.Printf("  %-4s pid %d on %s, ready in %v\n", kind, s.pid(), s.url, s.ready.Round(time.Millisecond))
 	return s, nil
 }

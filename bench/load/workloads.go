@@ -53,31 +53,38 @@ func (b *bench) runMixed(ctx context.Context, kind, name string, args, env []str
 	for i := range workers {
 		workers[i] = &mixedWorker{id: i, cli: clis[i%len(clis)], rng: rand.New(rand.NewPCG(uint64(i), 1))}
 	}
-	var errs atomic.Int64
+	var done, errs atomic.Int64
 	var firstErr atomic.Value
 	sp := s.begin()
 	// A failed request is counted and the load goes on, so that errors
 	// (workload 7 must have none) are reported rather than hidden.
 	parallel(ctx, b.cfg.mixedOps, len(workers), func(ctx context.Context, w, _ int) error {
-		if err := workers[w].step(ctx); err != nil {
+		if err := workers[w].step(ctx); err != nil && ctx.Err() == nil {
 			if errs.Add(1) == 1 {
 				firstErr.Store(err.Error())
 			}
 		}
+		done.Add(1)
 		return ctx.Err()
 	})
 	m := sp.end()
-	if err := ctx.Err(); err != nil {
-		return err
+	ops := done.Load()
+	if ctx.Err() != nil {
+		// Out of time: what was done is still worth reporting.
+		b.res.remark(kind, name, "duration", "s", fmt.Sprintf("timed out after %s of %s ops", commas(ops), commas(int64(b.cfg.mixedOps))))
+	} else {
+		b.res.set(kind, name, "duration", "s", secs(m.wall))
 	}
-	b.res.set(kind, name, "duration", "s", secs(m.wall))
-	b.res.set(kind, name, "throughput", "ops/s", float64(b.cfg.mixedOps)/m.wall.Seconds())
+	b.res.set(kind, name, "throughput", "ops/s", float64(ops)/m.wall.Seconds())
 	b.res.set(kind, name, "server CPU", "s", secs(m.cpu))
-	b.res.set(kind, name, "server CPU per op", "µs", micros(m.cpu)/float64(b.cfg.mixedOps))
+	b.res.set(kind, name, "server CPU per op", "µs", micros(m.cpu)/float64(max(1, ops)))
 	b.res.set(kind, name, "peak RSS", "MiB", mib(m.peak))
 	b.res.set(kind, name, "errors", "", float64(errs.Load()))
 	if e, ok := firstErr.Load().(string); ok {
 		b.res.remark(kind, name, "first error", "", e)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if err := sleep(ctx, 2*time.Second); err != nil {
 		return err
