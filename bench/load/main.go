@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -26,22 +27,23 @@ import (
 // config holds the workload sizes. The defaults keep a whole run to about
 // seven minutes on two cores; -scale shrinks every count at once.
 type config struct {
-	mixedOps      int // workload 1 and 7
-	mixedWorkers  int
-	restartKeys   int // workload 2, and 3's large count
-	countKeys     int // workloads 3 and 4
-	countReps     int
-	listReps      int
-	createsMany   int // workload 5, 64-way
-	createsOne    int // workload 5, one client
-	watchers      int // workload 6
-	watchEvents   int
-	watchRSSLimit int64 // a server past this RSS in workload 6 is stopped
-	memoryLimit   string
-	only          string
-	servers       string
-	settFlags     string
-	timeout       time.Duration
+	mixedOps        int // workload 1 and 7
+	mixedWorkers    int
+	restartKeys     int // workload 2, and 3's large count
+	countKeys       int // workloads 3 and 4
+	countReps       int
+	listReps        int
+	createsMany     int // workload 5, 64-way
+	createsOne      int // workload 5, one client
+	watchers        int // workload 6
+	watchEvents     int
+	watchRSSLimit   int64 // a server past this RSS in workload 6 is stopped
+	memoryLimit     string
+	only            string
+	servers         string
+	settFlags       string
+	timeout         time.Duration
+	workloadTimeout time.Duration
 }
 
 // A bench is one run: the binaries, the temp root holding every data dir,
@@ -51,6 +53,8 @@ type bench struct {
 	bins map[string]string
 	root string
 	res  results
+
+	started []*server // by the workload running now
 }
 
 // A workload runs against one fresh server of kind and records its figures.
@@ -95,6 +99,7 @@ func run() int {
 	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words")
 	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated")
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
+	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
 	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
 	flag.Parse()
 	cfg.scaleBy(scale)
@@ -161,13 +166,30 @@ func run() int {
 	return 0
 }
 
-// workloadTimeout bounds one workload on one server.
-const workloadTimeout = 5 * time.Minute
-
 func (b *bench) runOne(ctx context.Context, w workload, kind string) error {
-	ctx, cancel := context.WithTimeout(ctx, workloadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.workloadTimeout)
 	defer cancel()
-	return w.run(b, ctx, kind)
+	b.started = nil
+	// A server that is still busy when time runs out gets SIGQUIT, so
+	// that Go writes every goroutine's stack to its log: the log then
+	// shows where it was stuck.
+	stopDump := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			for _, s := range b.started {
+				s.quit()
+			}
+		}
+	})
+	defer stopDump()
+	err := w.run(b, ctx, kind)
+	if err != nil {
+		for _, s := range b.started {
+			if path := s.keepLog(); path != "" {
+				fmt.Printf("  %-4s log kept in %s\n", kind, path)
+			}
+		}
+	}
+	return err
 }
 
 // scaleBy multiplies every count (not the repetitions or the watcher

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,7 @@ type server struct {
 	env  []string // extra environment
 
 	cmd     *exec.Cmd
+	lastPID atomic.Int64  // of the last process started; read without locks by quit
 	exited  chan struct{} // closed when cmd has been waited for
 	url     string        // client URL, http://127.0.0.1:PORT
 	ready   time.Duration // from exec to the first linearizable Get answered
@@ -94,6 +96,7 @@ func (s *server) start() error {
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
 	track(cmd.Process.Pid, true)
+	s.lastPID.Store(int64(cmd.Process.Pid))
 	go func(exited chan struct{}) {
 		cmd.Wait()
 		track(cmd.Process.Pid, false)
@@ -207,6 +210,36 @@ func (s *server) stop() {
 	s.done()
 }
 
+// quit sends SIGQUIT to the server if it is still running: both servers
+// are Go programs, which answer it by writing every goroutine's stack to
+// the log and exiting. Safe to call from another goroutine.
+func (s *server) quit() {
+	pid := int(s.lastPID.Load())
+	live.Lock()
+	defer live.Unlock()
+	if live.pids[pid] {
+		syscall.Kill(pid, syscall.SIGQUIT)
+	}
+}
+
+// keepLog copies the server's log out of the temp root, which is removed
+// at the end, and returns where to.
+func (s *server) keepLog() string {
+	b, err := os.ReadFile(s.log)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	f, err := os.CreateTemp("", "sett-bench-"+s.kind+"-*.log")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		return ""
+	}
+	return f.Name()
+}
+
 // kill ends the server at once (cleanup after a failure).
 func (s *server) kill() {
 	if s.cmd == nil {
@@ -292,6 +325,7 @@ func (b *bench) startServer(kind string, args, env []string) (*server, error) {
 	if err := s.start(); err != nil {
 		return nil, err
 	}
+	b.started = append(b.started, s)
 	fmt.Printf("  %-4s pid %d on %s, ready in %v\n", kind, s.pid(), s.url, s.ready.Round(time.Millisecond))
 	return s, nil
 }
