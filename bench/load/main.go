@@ -163,6 +163,10 @@ func run() int {
 	fmt.Println("\nFor docs/BENCHMARKS.md:")
 	fmt.Println()
 	b.res.printMarkdown(os.Stdout)
+	if b.res.failures > 0 {
+		fmt.Printf("\n%d workload runs failed\n", b.res.failures)
+		return 1
+	}
 	return 0
 }
 

@@ -21,7 +21,8 @@ type figure struct {
 
 // results keeps the figures in the order they were first recorded.
 type results struct {
-	figures []*figure
+	figures  []*figure
+	failures int
 }
 
 func (r *results) get(workload, metric, unit string) *figure {
@@ -44,6 +45,7 @@ func (r *results) set(kind, workload, metric, unit string, v float64) {
 
 // fail records that kind could not run a workload.
 func (r *results) fail(kind, workload string, err error) {
+	r.failures++
 	r.get(workload, "error", "").note[kind] = err.Error()
 	fmt.Printf("  %-4s FAILED: %v\n", kind, err)
 }

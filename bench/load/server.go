@@ -78,7 +78,10 @@ func (s *server) start() error {
 		return err
 	}
 	s.url = fmt.Sprintf("http://127.0.0.1:%d", port)
-	args := s.flags()
+	args, err := s.flags()
+	if err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -114,12 +117,12 @@ func (s *server) start() error {
 // flags is the command line that serves clients on s.url from s.dir.
 // etcd keeps all its defaults (fsync on every WAL write, snapshot every
 // 10,000 entries); only the ports and dir are chosen.
-func (s *server) flags() []string {
+func (s *server) flags() ([]string, error) {
 	switch s.kind {
 	case "etcd":
 		peer, err := freePort()
 		if err != nil {
-			peer = 0
+			return nil, err
 		}
 		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
 		return []string{
@@ -128,12 +131,12 @@ func (s *server) flags() []string {
 			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", "default=" + peerURL,
 			"--log-level", "warn",
-		}
+		}, nil
 	default:
 		return []string{
 			"serve", "--data-dir", s.dir, "--listen-client-urls", s.url,
 			"--log-level", "warn", "--log-format", "json",
-		}
+		}, nil
 	}
 }
 
