@@ -123,8 +123,10 @@ func run() int {
 		os.RemoveAll(root)
 	}
 	defer cleanup()
+	// SIGPIPE too: output piped into head must not end the run before
+	// the cleanup.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	go func() {
 		sig := <-sigs
 		fmt.Fprintf(os.Stderr, "\n%v: killing the servers\n", sig)
