@@ -1,8 +1,12 @@
 GO ?= go
-# Benchmarks run sett and a real embedded etcd side by side in one process.
+# The in-process benchmarks (bench-inproc) run sett and a real embedded etcd
+# side by side in one process, each for BENCHTIME.
 BENCHTIME ?= 2s
+# Flags for the process benchmark's load generator (bench/load), e.g.
+# BENCH_FLAGS='-scale 0.1' for a quick run; `bin/load -h` lists them.
+BENCH_FLAGS ?=
 
-.PHONY: build run test test-sett bench etcdctl clean k8s-storage e2e
+.PHONY: build run test test-sett bench bench-inproc etcdctl clean k8s-storage e2e
 
 build:
 	$(GO) build -o bin/sett .
@@ -26,7 +30,20 @@ test: bin/etcdctl
 test-sett: bin/etcdctl
 	SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
 
-bench:
+# The process benchmark: bin/sett and a real etcd (bin/etcd) each run as
+# their own process on fresh temp data dirs, driven by one load generator,
+# which reads each server's CPU and memory from /proc.
+bench: build bin/etcd
+	$(GO) build -o bin/load ./bench/load
+	./bin/load -sett bin/sett -etcd bin/etcd $(BENCH_FLAGS)
+
+# The etcd server, v3.7.3 as pinned in testdata/etcd, built from etcd's own
+# main package (see testdata/etcd/go.mod).
+bin/etcd: testdata/etcd/go.mod testdata/etcd/go.sum testdata/etcd/main.go
+	cd testdata/etcd && GOWORK=off $(GO) build -o $(CURDIR)/bin/etcd .
+
+# The go test benchmarks, sett and an embedded etcd in one process.
+bench-inproc:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem -timeout 30m ./bench/
 
 # Kubernetes' own storage tests (k8s.io/apiserver's pkg/storage/etcd3 and

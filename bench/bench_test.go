@@ -1,5 +1,6 @@
 // Package bench measures sett against a real embedded etcd, side by side in
-// one process, through the etcd client over gRPC. Run it with make bench;
+// one process, through the etcd client over gRPC. Run it with make
+// bench-inproc (make bench is the process benchmark in bench/load);
 // the figures are recorded in docs/BENCHMARKS.md.
 package bench
 

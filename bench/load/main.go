@@ -1,0 +1,226 @@
+// Command load is sett's process benchmark (`make bench`). It runs
+// bin/sett and a real etcd (bin/etcd) each as its own process on fresh temp
+// data dirs, drives both with the same workloads from this one process
+// over 127.0.0.1, and reads each server's own CPU and memory from /proc,
+// so that every figure belongs to one server and nothing else.
+//
+// Each workload runs against etcd and sett in turn, on a fresh server of
+// each, before the next workload starts; which goes first alternates from
+// workload to workload. Only one server runs at a time.
+//
+// See docs/BENCHMARKS.md for what each workload does.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config holds the workload sizes. The defaults keep a whole run to about
+// seven minutes on two cores; -scale shrinks every count at once.
+type config struct {
+	mixedOps        int // workload 1 and 7
+	mixedWorkers    int
+	restartKeys     int // workload 2, and 3's large count
+	countKeys       int // workloads 3 and 4
+	countReps       int
+	listReps        int
+	createsMany     int // workload 5, 64-way
+	createsOne      int // workload 5, one client
+	watchers        int // workload 6
+	watchEvents     int
+	watchRSSLimit   int64 // a server past this RSS in workload 6 is stopped
+	memoryLimit     string
+	only            string
+	servers         string
+	settFlags       string
+	timeout         time.Duration
+	workloadTimeout time.Duration
+}
+
+// A bench is one run: the binaries, the temp root holding every data dir,
+// the sizes, and the figures.
+type bench struct {
+	cfg  config
+	bins map[string]string
+	root string
+	res  results
+
+	started []*server // by the workload running now
+}
+
+// A workload runs against one fresh server of kind and records its figures.
+type workload struct {
+	name     string
+	run      func(b *bench, ctx context.Context, kind string) error
+	settOnly bool
+}
+
+var workloads = []workload{
+	{"1 mixed", (*bench).mixed, false},
+	{"2 restart", (*bench).restart, false},
+	{"3+4 count and list", (*bench).countAndList, false},
+	{"5 creates", (*bench).creates, false},
+	{"6 stalled watchers", (*bench).stalledWatchers, false},
+	{"7 mixed, memory limit", (*bench).mixedLimited, true},
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var cfg config
+	var settBin, etcdBin string
+	var scale float64
+	flag.StringVar(&settBin, "sett", "bin/sett", "the sett binary")
+	flag.StringVar(&etcdBin, "etcd", "bin/etcd", "the etcd binary")
+	flag.Float64Var(&scale, "scale", 1, "multiply every request and key count by this (0.1 for a quick run)")
+	flag.IntVar(&cfg.mixedOps, "mixed-ops", 80_000, "operations in the mixed load (workloads 1 and 7)")
+	flag.IntVar(&cfg.mixedWorkers, "mixed-workers", 16, "concurrent clients of the mixed load")
+	flag.IntVar(&cfg.restartKeys, "restart-keys", 200_000, "small keys loaded before the restart (workload 2)")
+	flag.IntVar(&cfg.countKeys, "list-keys", 20_000, "1 KiB keys counted and listed (workloads 3 and 4)")
+	flag.IntVar(&cfg.countReps, "count-reps", 20, "repetitions of each count-only range")
+	flag.IntVar(&cfg.listReps, "list-reps", 5, "repetitions of each list")
+	flag.IntVar(&cfg.createsMany, "creates", 20_000, "txn-creates from 64 goroutines (workload 5)")
+	flag.IntVar(&cfg.createsOne, "creates-single", 2_000, "txn-creates from one client (workload 5)")
+	flag.IntVar(&cfg.watchers, "watchers", 2_000, "stalled watchers (workload 6)")
+	flag.IntVar(&cfg.watchEvents, "watch-events", 20_000, "1 KiB events written under the watchers (workload 6)")
+	flag.Int64Var(&cfg.watchRSSLimit, "watch-rss-limit", 6<<30, "bytes of server RSS at which workload 6 gives up")
+	flag.StringVar(&cfg.memoryLimit, "memory-limit", "128MiB", "sett's --memory-limit in workload 7")
+	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words")
+	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated")
+	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
+	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
+	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
+	flag.Parse()
+	cfg.scaleBy(scale)
+
+	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin}}
+	for kind, bin := range b.bins {
+		if _, err := exec.LookPath(bin); err != nil {
+			fmt.Fprintf(os.Stderr, "%s binary: %v\n", kind, err)
+			return 1
+		}
+	}
+	root, err := os.MkdirTemp("", "sett-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	b.root = root
+	// Whatever happens, no server outlives the run and no data dir stays.
+	cleanup := func() {
+		killAll()
+		os.RemoveAll(root)
+	}
+	defer cleanup()
+	// SIGPIPE too: output piped into head must not end the run before
+	// the cleanup.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "\n%v: killing the servers\n", sig)
+		cleanup()
+		os.Exit(2)
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	start := time.Now()
+	fmt.Printf("process benchmark: sett (%s), etcd (%s), data under %s\n", version(settBin), version(etcdBin), root)
+	for i, w := range workloads {
+		if !cfg.selected(w.name) {
+			continue
+		}
+		kinds := []string{"etcd", "sett"}
+		if i%2 == 1 {
+			kinds = []string{"sett", "etcd"}
+		}
+		for _, kind := range kinds {
+			if w.settOnly && kind != "sett" || !strings.Contains(cfg.servers, kind) {
+				continue
+			}
+			if ctx.Err() != nil {
+				b.res.fail(kind, w.name, ctx.Err())
+				continue
+			}
+			fmt.Printf("%s: %s (%s)\n", w.name, kind, time.Since(start).Round(time.Second))
+			if err := b.runOne(ctx, w, kind); err != nil {
+				b.res.fail(kind, w.name, err)
+			}
+		}
+	}
+	fmt.Printf("\nall workloads: %s\n\n", time.Since(start).Round(time.Second))
+	b.res.printTable(os.Stdout)
+	fmt.Println("\nFor docs/BENCHMARKS.md:")
+	fmt.Println()
+	b.res.printMarkdown(os.Stdout)
+	if b.res.failures > 0 {
+		fmt.Printf("\n%d workload runs failed\n", b.res.failures)
+		return 1
+	}
+	return 0
+}
+
+func (b *bench) runOne(ctx context.Context, w workload, kind string) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.workloadTimeout)
+	defer cancel()
+	b.started = nil
+	// A server that is still busy when time runs out gets SIGQUIT, so
+	// that Go writes every goroutine's stack to its log: the log then
+	// shows where it was stuck.
+	stopDump := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			for _, s := range b.started {
+				s.quit()
+			}
+		}
+	})
+	defer stopDump()
+	err := w.run(b, ctx, kind)
+	if err != nil {
+		for _, s := range b.started {
+			if path := s.keepLog(); path != "" {
+				fmt.Printf("  %-4s log kept in %s\n", kind, path)
+			}
+		}
+	}
+	return err
+}
+
+// scaleBy multiplies every count (not the repetitions or the watcher
+// count) by f, keeping each at least 1.
+func (c *config) scaleBy(f float64) {
+	for _, n := range []*int{&c.mixedOps, &c.restartKeys, &c.countKeys, &c.createsMany, &c.createsOne, &c.watchEvents} {
+		*n = max(1, int(float64(*n)*f))
+	}
+}
+
+func (c *config) selected(name string) bool {
+	if c.only == "" {
+		return true
+	}
+	for _, w := range strings.Split(c.only, ",") {
+		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// version is the first line of `bin --version`.
+func version(bin string) string {
+	out, _ := exec.Command(bin, "--version").Output()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat.
+// Go cannot ask sysconf(_SC_CLK_TCK); it is 100 on every Linux this runs on.
+const clockTicks = 100
+
+// cpuTime is the user plus system CPU time process pid has used so far,
+// from /proc/PID/stat: the server's own CPU, not the load generator's.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces,
+	// so count fields from the last ')'. Field 3 is then rest[0], and
+	// utime and stime (fields 14 and 15) are rest[11] and rest[12].
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	rest := bytes.Fields(b[i+1:])
+	if len(rest) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(rest))
+	}
+	utime, err := strconv.ParseInt(string(rest[11]), 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	stime, err := strconv.ParseInt(string(rest[12]), 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// memory returns VmRSS (resident now) and VmHWM (the peak resident size
+// since the process started or since resetHWM) of process pid, in bytes.
+func memory(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		var dst *int64
+		switch string(name) {
+		case "VmRSS":
+			dst = &rss
+		case "VmHWM":
+			dst = &hwm
+		default:
+			continue
+		}
+		// The value reads like "\t  123456 kB".
+		f := bytes.Fields(value)
+		if len(f) == 0 {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		*dst = kb << 10
+	}
+	return rss, hwm, nil
+}
+
+// resetHWM sets process pid's VmHWM back to its current RSS, so that the
+// next peak read belongs to one workload only. It needs to own the process
+// (we started it); if the kernel refuses, the sampled peak is used alone.
+func resetHWM(pid int) bool {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
+}
+
+// diskUsage is the space the files under dir take on disk (allocated
+// blocks, as du counts them), not their apparent size: Badger's value log
+// and etcd's WAL are preallocated.
+func diskUsage(dir string) int64 {
+	var total int64
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total
+}
+
+// sampleEvery is how often a sampler reads the server's RSS. VmHWM
+// catches peaks between samples; the samples are a fallback for when
+// resetting VmHWM is refused.
+const sampleEvery = 50 * time.Millisecond
+
+// A sampler reads one process's RSS every sampleEvery and keeps the peak
+// since the last reset.
+type sampler struct {
+	pid  int
+	stop chan struct{}
+	done chan struct{}
+
+	mu    sync.Mutex
+	peak  int64
+	last  int64
+	hwmOK bool // VmHWM was reset at the last reset, so it is this peak's
+}
+
+func startSampler(pid int) *sampler {
+	s := &sampler{pid: pid, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+func (s *sampler) loop() {
+	defer close(s.done)
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		s.sample()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *sampler) sample() {
+	rss, _, err := memory(s.pid)
+	if err != nil {
+		return // the process has exited; keep what was seen
+	}
+	s.mu.Lock()
+	s.last = rss
+	s.peak = max(s.peak, rss)
+	s.mu.Unlock()
+}
+
+// reset starts a new peak from the current RSS.
+func (s *sampler) reset() {
+	ok := resetHWM(s.pid)
+	s.mu.Lock()
+	s.peak, s.hwmOK = 0, ok
+	s.mu.Unlock()
+	s.sample()
+}
+
+// rss is the RSS read now (or, if the process is gone, the last sample).
+func (s *sampler) rss() int64 {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// peakRSS is the highest RSS since the last reset: the larger of the
+// samples and the kernel's VmHWM.
+func (s *sampler) peakRSS() int64 {
+	s.sample()
+	_, hwm, _ := memory(s.pid)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.hwmOK {
+		return s.peak
+	}
+	return max(s.peak, hwm)
+}
+
+func (s *sampler) close() {
+	close(s.stop)
+	<-s.done
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// A figure is one measured quantity of one workload, for both servers.
+type figure struct {
+	workload string
+	metric   string
+	unit     string
+	value    map[string]float64 // by server kind
+	note     map[string]string  // by server kind: an error or a remark instead of, or beside, the value
+}
+
+// results keeps the figures in the order they were first recorded.
+type results struct {
+	figures  []*figure
+	failures int
+}
+
+func (r *results) get(workload, metric, unit string) *figure {
+	for _, f := range r.figures {
+		if f.workload == workload && f.metric == metric {
+			return f
+		}
+	}
+	f := &figure{workload: workload, metric: metric, unit: unit, value: map[string]float64{}, note: map[string]string{}}
+	r.figures = append(r.figures, f)
+	return f
+}
+
+// set records kind's value of a figure and prints it at once, so that a
+// long run shows progress.
+func (r *results) set(kind, workload, metric, unit string, v float64) {
+	r.get(workload, metric, unit).value[kind] = v
+	fmt.Printf("  %-4s %-40s %s %s\n", kind, metric, format(v), unit)
+}
+
+// fail records that kind could not run a workload.
+func (r *results) fail(kind, workload string, err error) {
+	r.failures++
+	r.get(workload, "error", "").note[kind] = err.Error()
+	fmt.Printf("  %-4s FAILED: %v\n", kind, err)
+}
+
+// remark attaches a note to kind's figure.
+func (r *results) remark(kind, workload, metric, unit, note string) {
+	r.get(workload, metric, unit).note[kind] = note
+	fmt.Printf("  %-4s %-40s %s\n", kind, metric, note)
+}
+
+func (f *figure) cell(kind string) string {
+	v, ok := f.value[kind]
+	s := ""
+	if ok {
+		s = format(v)
+	}
+	if n := f.note[kind]; n != "" {
+		if s != "" {
+			s += " "
+		}
+		s += "(" + n + ")"
+	}
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+func (f *figure) ratio() string {
+	s, ok1 := f.value["sett"]
+	e, ok2 := f.value["etcd"]
+	if !ok1 || !ok2 || e == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", s/e)
+}
+
+// format prints a value with as many decimals as its size deserves.
+func format(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return commas(int64(math.Round(v)))
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// printTable prints every figure with sett's value, etcd's and their ratio.
+func (r *results) printTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tsett/etcd\t")
+	for _, f := range r.figures {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", f.workload, f.metric, f.unit, f.cell("sett"), f.cell("etcd"), f.ratio())
+	}
+	tw.Flush()
+}
+
+// printMarkdown prints the same figures as a markdown table for
+// docs/BENCHMARKS.md.
+func (r *results) printMarkdown(w io.Writer) {
+	fmt.Fprintln(w, "| workload | metric | sett | etcd | sett/etcd |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
+	for _, f := range r.figures {
+		metric := f.metric
+		if f.unit != "" {
+			metric += " (" + f.unit + ")"
+		}
+		cell := func(kind string) string { return strings.ReplaceAll(f.cell(kind), "|", "/") }
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.workload, metric, cell("sett"), cell("etcd"), f.ratio())
+	}
+}
+
+// Conversions for recording figures.
+
+func mib(b int64) float64            { return float64(b) / (1 << 20) }
+func secs(d time.Duration) float64   { return d.Seconds() }
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// percentile is the p-th percentile (0–100) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
