@@ -20,8 +20,10 @@ type view struct {
 	rev int64
 	// compact is the compact revision when the view was taken.
 	compact int64
-	// counts caches range counts between pages; nil inside a write.
+	// counts caches range counts between pages, and live keeps counts
+	// exact at the current revision; both nil inside a write.
 	counts *countCache
+	live   *liveCounts
 }
 
 // checkRev resolves a requested revision as etcd's range does: future

@@ -176,6 +176,7 @@ type committed struct {
 // publish makes a durable commit visible: the new revision to readers,
 // the events to the listener, then the requests' hooks.
 func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify []committed, hooks []func()) {
+	s.live.apply(notify, rev)
 	s.rev.Store(rev)
 	s.compact.Store(compact)
 	s.applied.Store(applied)

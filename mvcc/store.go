@@ -54,6 +54,7 @@ type Store struct {
 	cleaner *cleaner
 	leases  *leaseTable
 	counts  *countCache
+	live    *liveCounts
 }
 
 // Open recovers the store's state from eng and starts its sequencer and
@@ -103,6 +104,7 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("load leases: %w", err)
 	}
 	s.keys.Store(keys)
+	s.live = newLiveCounts(rev)
 	s.rev.Store(rev)
 	s.applied.Store(applied)
 	s.compact.Store(compact)
@@ -205,7 +207,7 @@ func (s *Store) snapshotView() (*view, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &view{r: snap, rev: rev, compact: s.compact.Load(), counts: s.counts}, snap.Close, nil
+	return &view{r: snap, rev: rev, compact: s.compact.Load(), counts: s.counts, live: s.live}, snap.Close, nil
 }
 
 // Range reads keys as etcd's Range does.

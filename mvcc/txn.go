@@ -58,6 +58,7 @@ func (v *view) rangeKVs(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 				var rest int64
 				rest, err = v.count(append(bytes.Clone(last), 0), r.RangeEnd, rev)
 				count += rest
+				v.keepCount(r.Key, r.RangeEnd, rev, count)
 			}
 		}
 		// Remember what remains after this page for the next one.
@@ -96,14 +97,34 @@ func (v *view) countFrom(key, end []byte, rev int64) (int64, error) {
 	if n, ok := v.cachedCount(key, end, rev); ok {
 		return n, nil
 	}
-	return v.count(key, end, rev)
+	n, err := v.count(key, end, rev)
+	if err == nil {
+		v.keepCount(key, end, rev, n)
+	}
+	return n, err
 }
 
+// cachedCount returns the count of [key, end) at rev if a cache holds it:
+// the live counts for the view's own revision, the page counts for older
+// ones.
 func (v *view) cachedCount(key, end []byte, rev int64) (int64, bool) {
+	if v.live != nil && rev == v.rev {
+		if n, ok := v.live.get(key, end, rev); ok {
+			return n, true
+		}
+	}
 	if v.counts == nil {
 		return 0, false
 	}
 	return v.counts.get(countKey{string(key), string(end), rev})
+}
+
+// keepCount offers a count just taken at the view's own revision to the
+// live counts.
+func (v *view) keepCount(key, end []byte, rev, n int64) {
+	if v.live != nil && rev == v.rev {
+		v.live.put(key, end, rev, n)
+	}
 }
 
 func hasRevisionFilters(r *pb.RangeRequest) bool {
