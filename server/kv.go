@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -49,49 +50,20 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 		k.s.fill(resp.Header)
 		return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
 	}
-	left := r.Limit // keys still wanted; 0 or less is unlimited
-	chunk := int64(16)
-	var header *pb.ResponseHeader
-	var count int64
-	for {
-		req.Limit = chunk
-		if left > 0 {
-			req.Limit = min(chunk, left)
-		}
-		resp, err := k.s.store.Range(ctx, req)
-		if err != nil {
-			return toGRPC(err)
-		}
-		if header == nil {
-			// Pin every later chunk to the first chunk's revision.
-			header, count = resp.Header, resp.Count
-			if req.Revision <= 0 {
-				req.Revision = header.Revision
-			}
-		}
-		if left > 0 {
-			left -= int64(len(resp.Kvs))
-		}
-		out := &pb.RangeResponse{Kvs: resp.Kvs}
-		done := !resp.More || (r.Limit > 0 && left <= 0)
-		if done {
-			k.s.fill(header)
-			out.Header, out.Count, out.More = header, count, resp.More
-		}
-		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: out}); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		req.Key = append(append([]byte(nil), resp.Kvs[len(resp.Kvs)-1].Key...), 0)
-		// Aim each chunk at a quarter of the message limit.
-		if size := proto.Size(out); size < k.s.cfg.MaxRequestBytes/8 {
-			chunk *= 2
-		} else if size > k.s.cfg.MaxRequestBytes/2 && chunk > 1 {
-			chunk /= 2
-		}
+	// Each chunk aims at a quarter of the message limit.
+	var sendErr error
+	resp, err := k.s.store.RangeChunks(ctx, req, k.s.cfg.MaxRequestBytes/4, func(kvs []*mvccpb.KeyValue) error {
+		sendErr = stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Kvs: kvs}})
+		return sendErr
+	})
+	if sendErr != nil {
+		return sendErr
 	}
+	if err != nil {
+		return toGRPC(err)
+	}
+	k.s.fill(resp.Header)
+	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
 }
 
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {

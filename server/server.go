@@ -19,6 +19,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -77,6 +78,8 @@ type Config struct {
 // Store is what the server needs of mvcc.
 type Store interface {
 	Range(context.Context, *pb.RangeRequest) (*pb.RangeResponse, error)
+	// RangeChunks streams a range in key order (see mvcc.Store.RangeChunks).
+	RangeChunks(ctx context.Context, r *pb.RangeRequest, chunkBytes int, emit func([]*mvccpb.KeyValue) error) (*pb.RangeResponse, error)
 	Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error)
 	DeleteRange(context.Context, *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
 	Txn(context.Context, *pb.TxnRequest) (*pb.TxnResponse, error)
