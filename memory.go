@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/settdb/sett/engine/badger"
 )
 
 // budget is how sett spends one memory limit. The Go runtime gets a soft
@@ -29,7 +31,7 @@ type budget struct {
 // Defaults for a sett with no limit: sized for a small Kubernetes control
 // plane, not for the largest store Badger can hold.
 const (
-	defaultMemTable   = 4 << 20
+	defaultMemTable   = badger.DefaultMemTableSize
 	defaultRingBytes  = 8 << 20
 	defaultFileMapped = 32 << 20
 )

@@ -47,7 +47,7 @@ type Options struct {
 }
 
 // DefaultMemTableSize is the memtable size when Options gives none.
-const DefaultMemTableSize = 8 << 20
+const DefaultMemTableSize = 4 << 20
 
 // DB is an engine.Engine backed by Badger.
 type DB struct {
