@@ -208,7 +208,7 @@ func runServe(c *cli.Context) error {
 		Logger:            log,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
-	}, store, hub, ttl.New(store, ttl.Options{Logger: log}), db)
+	}, store, hub, ttl.New(store, ttl.Options{Logger: log, Member: server.MemberID(c.String("name"))}), db)
 	waitSnapshots := func() {}
 	if spec := c.String("snapshot-schedule-cron"); spec != "" {
 		sn := &snapshotter{

@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,5 +160,44 @@ func TestCompactKeepsLeasedKeys(t *testing.T) {
 	}
 	if r, err := cli.Get(ctx, "held"); err != nil || len(r.Kvs) != 0 {
 		t.Fatalf("leased key after revoke: %v %v", r, err)
+	}
+}
+
+// TestLeaseIDOrder: leases granted by TTL alone get IDs that grow from
+// grant to grant, as etcd's do, so a txn comparing a key's lease with
+// another lease's ID takes the same branch on sett as on etcd.
+func TestLeaseIDOrder(t *testing.T) {
+	_, settCli := startSett(t, "", server.Config{})
+	branches := map[string][]bool{}
+	for name, cli := range map[string]*clientv3.Client{"etcd": startEtcd(t), "sett": settCli} {
+		ctx := ctxT(t)
+		var ids []clientv3.LeaseID
+		for i := range 6 {
+			g, err := cli.Grant(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 && g.ID <= ids[i-1] {
+				t.Errorf("%s: lease %d granted after %d has a smaller ID", name, g.ID, ids[i-1])
+			}
+			ids = append(ids, g.ID)
+			if _, err := cli.Put(ctx, fmt.Sprintf("k%d", i), "v", clientv3.WithLease(g.ID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range ids {
+			for j := range ids {
+				for _, op := range []string{"<", ">", "="} {
+					r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(fmt.Sprintf("k%d", i)), op, int64(ids[j]))).Commit()
+					if err != nil {
+						t.Fatal(err)
+					}
+					branches[name] = append(branches[name], r.Succeeded)
+				}
+			}
+		}
+	}
+	if !slices.Equal(branches["etcd"], branches["sett"]) {
+		t.Errorf("lease compares took other branches on sett than on etcd:\netcd %v\nsett %v", branches["etcd"], branches["sett"])
 	}
 }

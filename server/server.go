@@ -167,7 +167,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	// Stable identities derived from the member's name, as etcd derives
 	// them from its configuration, so restarts keep them.
-	s.memberID = hash64("member", cfg.Name)
+	s.memberID = MemberID(cfg.Name)
 	s.clusterID = hash64("cluster", cfg.Name)
 	s.election = alwaysLeader{id: s.memberID}
 	s.alarm = newAlarmSet(s)
@@ -202,6 +202,9 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	return s
 }
+
+// MemberID is the member ID of a member named name.
+func MemberID(name string) uint64 { return hash64("member", name) }
 
 func hash64(parts ...string) uint64 {
 	h := fnv.New64a()

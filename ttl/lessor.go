@@ -11,7 +11,6 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -40,13 +39,18 @@ type Options struct {
 	// RevokeRate bounds expired leases revoked per second, so that a
 	// burst of expiries leaves room for other writes. Zero means 10000.
 	RevokeRate int
-	Logger     *slog.Logger
+	// Member is the member ID whose low bits lead every lease ID this
+	// lessor picks, as in etcd.
+	Member uint64
+	Logger *slog.Logger
 }
 
 // Lessor tracks when each lease expires.
 type Lessor struct {
 	store Store
 	opts  Options
+
+	ids *idGen
 
 	mu     sync.Mutex
 	leases map[int64]*lease
@@ -75,8 +79,8 @@ func New(store Store, opts Options) *Lessor {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Lessor{store: store, opts: opts, leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
 	now := time.Now()
+	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
 	for _, r := range store.Leases() {
 		l.add(r.ID, max(r.TTL, opts.MinTTL), now)
 	}
@@ -112,7 +116,7 @@ func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (int64, int64, error)
 	ttl = max(ttl, l.opts.MinTTL)
 	for auto := id == 0; ; {
 		if auto {
-			id = rand.Int64N(math.MaxInt64) + 1
+			id = l.ids.next()
 		}
 		_, err := l.store.GrantLease(ctx, id, ttl)
 		if errors.Is(err, mvcc.ErrLeaseExists) && auto {
