@@ -629,5 +629,13 @@ check "no etcd errors in the logs" t_logs
 
 scenario_time=$((SECONDS - scenario_start))
 step "build ${build_time}s, scenario ${scenario_time}s, total $((SECONDS - started))s"
+# What the store cost over the whole run, read from /proc as the process
+# benchmark reads it: peak RSS (VmHWM) and CPU (utime + stime).
+store_pid=${pids[0]}
+if [ -r "/proc/$store_pid/status" ]; then
+	hwm=$(awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$store_pid/status")
+	cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); split($0, f, " "); printf "%.2f", (f[12] + f[13]) / hz }' "/proc/$store_pid/stat")
+	step "$store: peak RSS ${hwm} MiB, CPU ${cpu} s"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
