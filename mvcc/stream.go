@@ -10,9 +10,11 @@ import (
 
 // RangeChunks answers a range in key order without revision filters, as
 // Range does, but streams it: one snapshot and one walk of the engine,
-// handing emit each chunk of about chunkBytes of key-values as soon as it
-// is read, so a large list is never held in memory whole. It returns the
-// rest of the answer (header, count, more) without key-values. An error
+// handing emit each chunk of about chunkBytes of key-values once the
+// next one has begun, so a large list is never held in memory whole. The
+// last chunk comes back in the returned response with the header, count
+// and more, as etcd's RangeStream sends its last chunk: clients take the
+// revision from the message that ends the stream's key-values. An error
 // from emit stops the walk and is returned as it is.
 func (s *Store) RangeChunks(ctx context.Context, r *pb.RangeRequest, chunkBytes int, emit func([]*mvccpb.KeyValue) error) (*pb.RangeResponse, error) {
 	v, done, err := s.snapshotView()
@@ -27,6 +29,7 @@ func (s *Store) RangeChunks(ctx context.Context, r *pb.RangeRequest, chunkBytes 
 	// As in rangeKVs: keys_only carries lease 0 unless sorted by value.
 	keysOnly := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
 	var (
+		full    []*mvccpb.KeyValue // a chunk waiting for the next to begin
 		chunk   []*mvccpb.KeyValue
 		size    int
 		n       int64
@@ -45,27 +48,31 @@ func (s *Store) RangeChunks(ctx context.Context, r *pb.RangeRequest, chunkBytes 
 		if r.KeysOnly {
 			kv.Value = nil
 		}
+		if full != nil {
+			if stopErr = ctx.Err(); stopErr == nil {
+				stopErr = emit(full)
+			}
+			if full = nil; stopErr != nil {
+				return false
+			}
+		}
 		chunk = append(chunk, kv)
 		size += len(kv.Key) + len(kv.Value) + 48
 		n++
 		last = kv.Key
-		if size < chunkBytes {
-			return true
+		if size >= chunkBytes {
+			full, chunk, size = chunk, nil, 0
 		}
-		if stopErr = ctx.Err(); stopErr == nil {
-			stopErr = emit(chunk)
-		}
-		chunk, size = nil, 0
-		return stopErr == nil
+		return true
 	})
 	if err == nil {
 		err = stopErr
 	}
-	if err == nil && len(chunk) > 0 {
-		err = emit(chunk)
-	}
 	if err != nil {
 		return nil, err
+	}
+	if full != nil {
+		chunk = full
 	}
 	count := n
 	if more {
@@ -80,5 +87,5 @@ func (s *Store) RangeChunks(ctx context.Context, r *pb.RangeRequest, chunkBytes 
 			v.keepCount(r.Key, r.RangeEnd, rev, count)
 		}
 	}
-	return &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Count: count, More: more}, nil
+	return &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Kvs: chunk, Count: count, More: more}, nil
 }
