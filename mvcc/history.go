@@ -11,7 +11,8 @@ import (
 )
 
 // Events reads committed events back from the change log, from revision
-// from on: whole revisions, in order, until about limit events are read
+// from on: whole revisions, in order, until about limit events or about
+// maxBytes bytes (as Event.Size counts them; 0 means no bound) are read,
 // or the current revision is reached. It returns the events and the last
 // revision read. The cost is proportional to the events returned, not to
 // the key space.
@@ -19,7 +20,7 @@ import (
 // As in etcd, an event's previous key-value is reported only while the
 // revision before the event is not compacted, and a deletion at exactly
 // the compact revision is gone with its tombstone.
-func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int64, error) {
+func (s *Store) Events(ctx context.Context, from int64, limit, maxBytes int) ([]Event, int64, error) {
 	v, done, err := s.snapshotView()
 	if err != nil {
 		return nil, 0, err
@@ -35,12 +36,14 @@ func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int
 	defer it.Close()
 	var events []Event
 	through := v.rev
+	size := 0
 	for ; it.Valid(); it.Next() {
 		rev, _, err := splitLogKey(it.Key())
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(events) >= limit && rev != events[len(events)-1].KV.ModRevision {
+		full := len(events) >= limit || maxBytes > 0 && size >= maxBytes
+		if full && len(events) > 0 && rev != events[len(events)-1].KV.ModRevision {
 			through = rev - 1
 			break
 		}
@@ -57,6 +60,7 @@ func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int
 		}
 		if ok {
 			events = append(events, e)
+			size += e.Size()
 		}
 	}
 	return events, through, nil
