@@ -225,7 +225,9 @@ func TestWatchProgressNotify(t *testing.T) {
 }
 
 // TestWatchFragment: a watcher that asks for fragments gets a response
-// larger than the message limit in pieces that add up to all events.
+// larger than the message limit in pieces that add up to all events. The
+// hub never splits a revision, so the response is one revision: a prefix
+// delete whose events carry their previous values.
 func TestWatchFragment(t *testing.T) {
 	_, cli := startSett(t, "", server.Config{MaxRequestBytes: 64 << 10})
 	ctx := ctxT(t)
@@ -233,14 +235,17 @@ func TestWatchFragment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := &pb.WatchCreateRequest{Key: []byte("f/"), RangeEnd: []byte("f0"), Fragment: true, StartRevision: 2}
-	// The events exist before the watch, so they come in one batch.
 	value := strings.Repeat("x", 60<<10)
 	for i := range 20 {
 		if _, err := cli.Put(ctx, fmt.Sprintf("f/%02d", i), value); err != nil {
 			t.Fatal(err)
 		}
 	}
+	del, err := cli.Delete(ctx, "f/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := &pb.WatchCreateRequest{Key: []byte("f/"), RangeEnd: []byte("f0"), Fragment: true, PrevKv: true, StartRevision: del.Header.Revision}
 	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,9 +258,14 @@ func TestWatchFragment(t *testing.T) {
 		if r.Fragment {
 			fragments++
 		}
-		events += len(r.Events)
+		for _, e := range r.Events {
+			if e.Type != mvccpb.DELETE || len(e.PrevKv.GetValue()) != len(value) {
+				t.Fatalf("event %d: %v with a previous value of %d bytes", events, e.Type, len(e.PrevKv.GetValue()))
+			}
+			events++
+		}
 	}
 	if fragments == 0 {
-		t.Fatal("20 events of 60 KiB came unfragmented under a 64 KiB limit")
+		t.Fatal("a revision of 20 deletes with 60 KiB previous values came unfragmented under a 64 KiB limit")
 	}
 }

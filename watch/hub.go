@@ -37,12 +37,15 @@ type History interface {
 	Events(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
 }
 
-// DefaultBatchBytes is the default bound on the bytes of one Next. It is
-// what a watch stream whose client stopped reading holds in sett; it is
-// large enough that a reading watcher's responses carry many events each
-// (the wire's frames are 16 KiB), small enough that thousands of stalled
-// streams cost little.
-const DefaultBatchBytes = 32 << 10
+// DefaultBatchBytes is the default bound on the bytes of one Next, and so
+// on what a watch stream whose client stopped reading holds in sett. gRPC
+// holds such a stream's queued responses too (its 64 KiB write quota and
+// the response past it) in pooled buffers of 4, 16, 32 KiB or 1 MiB: a
+// 16 KiB response fills a 16 KiB buffer, where a larger bound would take
+// 32 KiB buffers and anything between 32 KiB and 1 MiB a 1 MiB one. A
+// reading watcher still gets many events per response, and gRPC sends
+// responses back to back, so its throughput does not depend on the bound.
+const DefaultBatchBytes = 16 << 10
 
 // Options bound the ring and what one Next returns.
 type Options struct {
