@@ -30,8 +30,13 @@ type metrics struct {
 	// client stopped reading keeps exactly one response here: these are
 	// the bytes sett holds for stalled watch streams.
 	watchSendingBytes, watchSendingStreams prometheus.Gauge
-	leasesGranted, leasesGone              prometheus.Counter
-	healthSuccess, healthFailures          prometheus.Counter
+	// watchResponseBytes is the size of each watch response. gRPC queues
+	// up to its 64 KiB write quota and one response more for a stream
+	// whose client is not reading, so the largest response is the other
+	// half of what a stalled stream costs.
+	watchResponseBytes            prometheus.Histogram
+	leasesGranted, leasesGone     prometheus.Counter
+	healthSuccess, healthFailures prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -51,6 +56,7 @@ func newMetrics(s *Server) *metrics {
 	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_watch_lag_revisions", Help: "How many revisions behind the head a watcher was when it sent events.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)})
 	m.watchSendingBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_watch_sending_bytes", Help: "Bytes of watch responses waiting for gRPC to take them; a stream whose client stopped reading holds one response here."})
 	m.watchSendingStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_watch_sending_streams", Help: "Watch streams with a response waiting for gRPC to take it; a stream whose client stopped reading stays here."})
+	m.watchResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_watch_response_bytes", Help: "Bytes of each watch response sent.", Buckets: prometheus.ExponentialBuckets(256, 4, 8)})
 	m.leasesGranted = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_debugging_lease_granted_total", Help: "Leases granted since the server started."})
 	m.healthSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_success", Help: "Health endpoint requests answered healthy."})
 	m.healthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_failures", Help: "Health endpoint requests answered unhealthy."})
@@ -65,7 +71,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.started, m.handled, m.handling, m.msgReceived, m.msgSent, m.bytesReceived, m.bytesSent,
-		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.watchSendingBytes, m.watchSendingStreams, m.leasesGranted,
+		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.watchSendingBytes, m.watchSendingStreams, m.watchResponseBytes, m.leasesGranted,
 		m.healthSuccess, m.healthFailures,
 		gauge("etcd_server_has_leader", "1 while the member knows a leader (always, for sett), else 0.", func() float64 { return boolf(s.election.Leader() != 0) }),
 		gauge("etcd_server_is_leader", "1 while this member leads (always, for sett), else 0.", func() float64 { return boolf(s.election.IsLeader()) }),

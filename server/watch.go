@@ -157,6 +157,7 @@ func (st *watchStream) send(r *pb.WatchResponse) error {
 	st.s.fill(r.Header)
 	n := float64(proto.Size(r))
 	m := st.s.metrics
+	m.watchResponseBytes.Observe(n)
 	m.watchSendingBytes.Add(n)
 	m.watchSendingStreams.Inc()
 	defer func() {
