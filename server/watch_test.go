@@ -325,9 +325,10 @@ func TestStalledWatchersHoldBoundedBytes(t *testing.T) {
 		}
 	}
 	// stalled waits until every stream's pump is inside gRPC's Send,
-	// which, with the writes done and no client reading, it never leaves,
-	// and returns what the streams hold and the responses sent so far.
-	stalled := func() (holding, sent float64) {
+	// which, with the writes done and no client reading, it does not
+	// leave, and returns what the streams hold there and the bytes of
+	// every watch response handed to gRPC so far.
+	stalled := func() (holding, handed float64) {
 		t.Helper()
 		for {
 			m := scrape(t, in.addr)
@@ -340,7 +341,7 @@ func TestStalledWatchersHoldBoundedBytes(t *testing.T) {
 				t.Fatalf("%v watch responses larger than %d bytes", big, watch.DefaultBatchBytes)
 			}
 			if m["sett_watch_sending_streams"] == streams {
-				return m["sett_watch_sending_bytes"], m[`grpc_server_msg_sent_total{grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}`]
+				return m["sett_watch_sending_bytes"], m["sett_watch_response_bytes_sum"]
 			}
 			select {
 			case <-ctx.Done():
@@ -349,23 +350,24 @@ func TestStalledWatchersHoldBoundedBytes(t *testing.T) {
 			}
 		}
 	}
-	held1, sent1 := stalled()
-	// Four times the lag.
-	write(1500)
-	held2, sent2 := stalled()
-	const bound = streams * watch.DefaultBatchBytes
-	for _, held := range []float64{held1, held2} {
-		if held <= 0 || held > bound {
-			t.Fatalf("stalled streams hold %v bytes in sett, want 1..%d (one response of at most %d each)", held, bound, watch.DefaultBatchBytes)
+	// What a stream can hand gRPC before Send blocks for good: the
+	// client's 64 KiB window, gRPC's 64 KiB write quota, the response
+	// that passed the quota and the one blocked. It does not depend on
+	// the lag: the server reads no further ahead for a stalled stream.
+	const perStream = 64<<10 + 64<<10 + 2*watch.DefaultBatchBytes + 1<<10
+	check := func(lag int) {
+		t.Helper()
+		held, handed := stalled()
+		if held <= 0 || held > streams*watch.DefaultBatchBytes {
+			t.Fatalf("lag %d: stalled streams hold %v bytes in sett, want 1..%d (one response of at most %d each)", lag, held, streams*watch.DefaultBatchBytes, watch.DefaultBatchBytes)
+		}
+		if handed > streams*perStream {
+			t.Fatalf("lag %d: %v bytes of watch responses handed to gRPC, want at most %d per stalled stream", lag, handed, perStream)
 		}
 	}
-	// The streams stalled before the newer writes: none of their 1,500
-	// events may have been read for a stream (about 100 responses); a
-	// little slack covers a pump caught inside Send an instant before it
-	// stalled for good.
-	if d := sent2 - sent1; d > streams*2 {
-		t.Fatalf("%v watch responses sent while every client had stopped reading", d)
-	}
+	check(len(revs))
+	write(1500) // four times the lag
+	check(len(revs))
 
 	// Resume: every event once, in order, in responses within the bound.
 	for i, s := range ws {
