@@ -174,6 +174,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	s.http = s.handler()
 	s.grpc = grpc.NewServer(
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.ChainUnaryInterceptor(s.metrics.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.StatsHandler(byteCounter{s.metrics}),

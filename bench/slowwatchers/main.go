@@ -291,6 +291,7 @@ func serveEmbedded(spec string) error {
 	cfg.Dir = parts[0]
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"/dev/null"}
+	cfg.EnablePprof = true // -heap reads /debug/pprof/heap
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + parts[2]
