@@ -38,13 +38,13 @@ type History interface {
 }
 
 // DefaultBatchBytes is the default bound on the bytes of one Next, and so
-// on what a watch stream whose client stopped reading holds in sett. gRPC
-// holds such a stream's queued responses too (its 64 KiB write quota and
-// the response past it) in pooled buffers of 4, 16, 32 KiB or 1 MiB: a
-// 16 KiB response fills a 16 KiB buffer, where a larger bound would take
-// 32 KiB buffers and anything between 32 KiB and 1 MiB a 1 MiB one. A
-// reading watcher still gets many events per response, and gRPC sends
-// responses back to back, so its throughput does not depend on the bound.
+// on what a watch stream whose client stopped reading holds in sett: the
+// one response its sender is blocked on. gRPC queues such a stream's
+// earlier responses too, up to its 64 KiB write quota and the response
+// that passed it, so a stalled stream costs about 64 KiB + 2 x the bound
+// in all. 16 KiB keeps that near gRPC's own share while a reading watcher
+// that catches up still gets a dozen or more events per response; one
+// that keeps up gets each revision as it commits, whatever the bound.
 const DefaultBatchBytes = 16 << 10
 
 // Options bound the ring and what one Next returns.
