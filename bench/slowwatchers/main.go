@@ -51,6 +51,7 @@ func main() {
 	writers := flag.Int("writers", 16, "concurrent writers")
 	read := flag.Bool("read", false, "watchers read their events (delivery rate)")
 	extra := flag.String("args", "", "extra server flags, space separated")
+	window := flag.Int("window", 0, "fix the client's stream window at this many bytes (turns off gRPC's growing window); 0: gRPC's default")
 	heap := flag.String("heap", "", "save the server's heap profile here at the end (sett: needs -args --enable-pprof)")
 	flag.Parse()
 	if *serveEtcd != "" {
@@ -60,7 +61,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*bin, *isEtcd, *watchers, *conns, *events, *step, *valueSize, *writers, *read, strings.Fields(*extra), *heap); err != nil {
+	if err := run(*bin, *isEtcd, *watchers, *conns, *events, *step, *valueSize, *writers, *read, strings.Fields(*extra), *heap, int32(*window)); err != nil {
 		fmt.Fprintln(os.Stderr, "slowwatchers:", err)
 		os.Exit(1)
 	}
@@ -91,7 +92,7 @@ func rss(pid int) (int64, error) {
 	return 0, fmt.Errorf("rss: no VmRSS for %d", pid)
 }
 
-func run(bin string, isEtcd bool, nWatchers, nConns, nEvents, step, valueSize, nWriters int, read bool, extra []string, heap string) error {
+func run(bin string, isEtcd bool, nWatchers, nConns, nEvents, step, valueSize, nWriters int, read bool, extra []string, heap string, window int32) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "slowwatchers-")
 	if err != nil {
@@ -124,7 +125,11 @@ func run(bin string, isEtcd bool, nWatchers, nConns, nEvents, step, valueSize, n
 	pid := cmd.Process.Pid
 
 	dial := func() (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if window > 0 {
+			opts = append(opts, grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window*1000))
+		}
+		return grpc.NewClient(addr, opts...)
 	}
 	wconn, err := dial()
 	if err != nil {
