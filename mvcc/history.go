@@ -11,8 +11,7 @@ import (
 )
 
 // Events reads committed events back from the change log, from revision
-// from on: whole revisions, in order, until about limit events or about
-// maxBytes bytes (as Event.Size counts them; 0 means no bound) are read,
+// from on: whole revisions, in order, until about limit events are read
 // or the current revision is reached. It returns the events and the last
 // revision read. The cost is proportional to the events returned, not to
 // the key space.
@@ -20,7 +19,14 @@ import (
 // As in etcd, an event's previous key-value is reported only while the
 // revision before the event is not compacted, and a deletion at exactly
 // the compact revision is gone with its tombstone.
-func (s *Store) Events(ctx context.Context, from int64, limit, maxBytes int) ([]Event, int64, error) {
+func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int64, error) {
+	return s.EventsWithin(ctx, from, limit, 0)
+}
+
+// EventsWithin is Events that also stops, at a revision boundary, once
+// about maxBytes bytes (as Event.Size counts them; 0 means no bound) are
+// read, so a caller that holds what it reads holds little.
+func (s *Store) EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]Event, int64, error) {
 	v, done, err := s.snapshotView()
 	if err != nil {
 		return nil, 0, err

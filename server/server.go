@@ -84,7 +84,7 @@ type Store interface {
 	Rev() int64
 	AppliedIndex() uint64
 	CompactRev() int64
-	Events(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
+	EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
 	// Keys counts the keys that exist now.
 	Keys() int64
 	// Ping commits an empty write: the write path works.

@@ -30,11 +30,11 @@ import (
 type History interface {
 	Rev() int64
 	CompactRev() int64
-	// Events returns the events of whole revisions from revision from
-	// on, at least one revision and about limit events or maxBytes bytes
-	// (as mvcc.Event.Size counts them), and the last revision they cover;
-	// ErrCompacted if from is below the compact revision.
-	Events(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
+	// EventsWithin returns the events of whole revisions from revision
+	// from on, at least one revision and about limit events or maxBytes
+	// bytes (as mvcc.Event.Size counts them), and the last revision they
+	// cover; ErrCompacted if from is below the compact revision.
+	EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
 }
 
 // DefaultBatchBytes is the default bound on the bytes of one Next, and so
@@ -230,7 +230,7 @@ func (w *Watcher) fromRing() ([]mvcc.Event, int64, bool) {
 // reads little it then leaves for the next call.
 func (w *Watcher) fromHistory(ctx context.Context) ([]mvcc.Event, int64, error) {
 	h := w.hub
-	events, through, err := h.history.Events(ctx, w.next, h.opts.BatchEvents, h.opts.BatchBytes)
+	events, through, err := h.history.EventsWithin(ctx, w.next, h.opts.BatchEvents, h.opts.BatchBytes)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -19,9 +19,9 @@ type log struct {
 func (l *log) Rev() int64        { return int64(len(l.revs)) }
 func (l *log) CompactRev() int64 { return 0 }
 
-// Events follows mvcc.Store.Events: whole revisions until a bound is
-// reached.
-func (l *log) Events(_ context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error) {
+// EventsWithin follows mvcc.Store.EventsWithin: whole revisions until a
+// bound is reached.
+func (l *log) EventsWithin(_ context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error) {
 	var out []mvcc.Event
 	size := 0
 	for rev := from; rev <= l.Rev(); rev++ {
