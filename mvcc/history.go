@@ -21,6 +21,13 @@ import (
 // revision before the event is not compacted, and a deletion at exactly
 // the compact revision is gone with its tombstone.
 func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int64, error) {
+	return s.EventsWithin(ctx, from, limit, 0)
+}
+
+// EventsWithin is Events that also stops, at a revision boundary, once
+// about maxBytes bytes (as Event.Size counts them; 0 means no bound) are
+// read, so a caller that holds what it reads holds little.
+func (s *Store) EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]Event, int64, error) {
 	v, done, err := s.snapshotView()
 	if err != nil {
 		return nil, 0, err
@@ -36,12 +43,14 @@ func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int
 	defer it.Close()
 	var events []Event
 	through := v.rev
+	size := 0
 	for ; it.Valid(); it.Next() {
 		rev, _, err := splitLogKey(it.Key())
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(events) >= limit && rev != events[len(events)-1].KV.ModRevision {
+		full := len(events) >= limit || maxBytes > 0 && size >= maxBytes
+		if full && len(events) > 0 && rev != events[len(events)-1].KV.ModRevision {
 			through = rev - 1
 			break
 		}
@@ -59,6 +68,7 @@ func (s *Store) Events(ctx context.Context, from int64, limit int) ([]Event, int
 		}
 		if ok {
 			events = append(events, e)
+			size += e.Size()
 		}
 	}
 	return events, through, nil

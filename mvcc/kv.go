@@ -52,6 +52,17 @@ type Event struct {
 	PrevKV *mvccpb.KeyValue
 }
 
+// Size is about the bytes an event holds: its keys and values and a
+// fixed allowance for the structs around them. Watch bounds its memory
+// and its responses in these units.
+func (e Event) Size() int {
+	n := 64 + len(e.KV.Key) + len(e.KV.Value)
+	if e.PrevKV != nil {
+		n += 48 + len(e.PrevKV.Key) + len(e.PrevKV.Value)
+	}
+	return n
+}
+
 // Listener receives the events of every committed write request, in
 // revision order, from the single goroutine that commits them. It must
 // not block and must not call back into the store's write path.

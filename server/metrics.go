@@ -17,13 +17,24 @@ import (
 type metrics struct {
 	registry *prometheus.Registry
 
-	started, handled              *prometheus.CounterVec
-	handling                      *prometheus.HistogramVec
-	msgReceived, msgSent          *prometheus.CounterVec
-	bytesReceived, bytesSent      prometheus.Counter
-	commitDuration, batchSize     prometheus.Histogram
-	watchers                      prometheus.Gauge
-	watchLag                      prometheus.Histogram
+	started, handled          *prometheus.CounterVec
+	handling                  *prometheus.HistogramVec
+	msgReceived, msgSent      *prometheus.CounterVec
+	bytesReceived, bytesSent  prometheus.Counter
+	commitDuration, batchSize prometheus.Histogram
+	watchers                  prometheus.Gauge
+	watchLag                  prometheus.Histogram
+	// watchSendingBytes and watchSendingStreams count the watch responses
+	// inside gRPC's Send. Send returns once gRPC has queued the response
+	// within the stream's flow-control allowance, so a stream whose
+	// client stopped reading keeps exactly one response here: these are
+	// the bytes sett holds for stalled watch streams.
+	watchSendingBytes, watchSendingStreams prometheus.Gauge
+	// watchResponseBytes is the size of each watch response. gRPC queues
+	// up to its 64 KiB write quota and one response more for a stream
+	// whose client is not reading, so the largest response is the other
+	// half of what a stalled stream costs.
+	watchResponseBytes            prometheus.Histogram
 	leasesGranted, leasesGone     prometheus.Counter
 	healthSuccess, healthFailures prometheus.Counter
 }
@@ -43,6 +54,9 @@ func newMetrics(s *Server) *metrics {
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_sequencer_batch_requests", Help: "Write requests committed together in one engine transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
 	m.watchers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcd_debugging_mvcc_watcher_total", Help: "Watchers open now."})
 	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_watch_lag_revisions", Help: "How many revisions behind the head a watcher was when it sent events.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)})
+	m.watchSendingBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_watch_sending_bytes", Help: "Bytes of watch responses waiting for gRPC to take them; a stream whose client stopped reading holds one response here."})
+	m.watchSendingStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_watch_sending_streams", Help: "Watch streams with a response waiting for gRPC to take it; a stream whose client stopped reading stays here."})
+	m.watchResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_watch_response_bytes", Help: "Bytes of each watch response sent.", Buckets: prometheus.ExponentialBuckets(256, 4, 8)})
 	m.leasesGranted = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_debugging_lease_granted_total", Help: "Leases granted since the server started."})
 	m.healthSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_success", Help: "Health endpoint requests answered healthy."})
 	m.healthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_health_failures", Help: "Health endpoint requests answered unhealthy."})
@@ -57,7 +71,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.started, m.handled, m.handling, m.msgReceived, m.msgSent, m.bytesReceived, m.bytesSent,
-		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.leasesGranted,
+		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.watchSendingBytes, m.watchSendingStreams, m.watchResponseBytes, m.leasesGranted,
 		m.healthSuccess, m.healthFailures,
 		gauge("etcd_server_has_leader", "1 while the member knows a leader (always, for sett), else 0.", func() float64 { return boolf(s.election.Leader() != 0) }),
 		gauge("etcd_server_is_leader", "1 while this member leads (always, for sett), else 0.", func() float64 { return boolf(s.election.IsLeader()) }),

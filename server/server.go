@@ -87,7 +87,7 @@ type Store interface {
 	Rev() int64
 	AppliedIndex() uint64
 	CompactRev() int64
-	Events(ctx context.Context, from int64, limit int) ([]mvcc.Event, int64, error)
+	EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
 	// Keys counts the keys that exist now.
 	Keys() int64
 	// Ping commits an empty write: the write path works.
@@ -177,6 +177,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	s.http = s.handler()
 	s.grpc = grpc.NewServer(
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.ChainUnaryInterceptor(s.metrics.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.StatsHandler(byteCounter{s.metrics}),

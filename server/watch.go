@@ -146,10 +146,24 @@ type streamWatcher struct {
 	ended atomic.Bool
 }
 
+// send sends one response. It blocks while gRPC holds as much of the
+// stream's data as its flow control allows (its per-stream write quota,
+// 64 KiB, plus the message that went past it), so a stream whose client
+// stopped reading holds one more response here and no others: the pump
+// reads nothing further for its watchers until the client reads again.
 func (st *watchStream) send(r *pb.WatchResponse) error {
 	st.sendMu.Lock()
 	defer st.sendMu.Unlock()
 	st.s.fill(r.Header)
+	n := float64(proto.Size(r))
+	m := st.s.metrics
+	m.watchResponseBytes.Observe(n)
+	m.watchSendingBytes.Add(n)
+	m.watchSendingStreams.Inc()
+	defer func() {
+		m.watchSendingBytes.Sub(n)
+		m.watchSendingStreams.Dec()
+	}()
 	return st.grpc.Send(r)
 }
 

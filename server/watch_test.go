@@ -3,7 +3,10 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +15,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/watch"
@@ -225,7 +231,9 @@ func TestWatchProgressNotify(t *testing.T) {
 }
 
 // TestWatchFragment: a watcher that asks for fragments gets a response
-// larger than the message limit in pieces that add up to all events.
+// larger than the message limit in pieces that add up to all events. The
+// hub never splits a revision, so the response is one revision: a prefix
+// delete whose events carry their previous values.
 func TestWatchFragment(t *testing.T) {
 	_, cli := startSett(t, "", server.Config{MaxRequestBytes: 64 << 10})
 	ctx := ctxT(t)
@@ -233,14 +241,17 @@ func TestWatchFragment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := &pb.WatchCreateRequest{Key: []byte("f/"), RangeEnd: []byte("f0"), Fragment: true, StartRevision: 2}
-	// The events exist before the watch, so they come in one batch.
 	value := strings.Repeat("x", 60<<10)
 	for i := range 20 {
 		if _, err := cli.Put(ctx, fmt.Sprintf("f/%02d", i), value); err != nil {
 			t.Fatal(err)
 		}
 	}
+	del, err := cli.Delete(ctx, "f/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := &pb.WatchCreateRequest{Key: []byte("f/"), RangeEnd: []byte("f0"), Fragment: true, PrevKv: true, StartRevision: del.Header.Revision}
 	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,9 +264,163 @@ func TestWatchFragment(t *testing.T) {
 		if r.Fragment {
 			fragments++
 		}
-		events += len(r.Events)
+		for _, e := range r.Events {
+			if e.Type != mvccpb.DELETE || len(e.PrevKv.GetValue()) != len(value) {
+				t.Fatalf("event %d: %v with a previous value of %d bytes", events, e.Type, len(e.PrevKv.GetValue()))
+			}
+			events++
+		}
 	}
 	if fragments == 0 {
-		t.Fatal("20 events of 60 KiB came unfragmented under a 64 KiB limit")
+		t.Fatal("a revision of 20 deletes with 60 KiB previous values came unfragmented under a 64 KiB limit")
 	}
+}
+
+// TestStalledWatchersHoldBoundedBytes: watch streams whose clients stop
+// reading while their lag grows far past the ring hold one response each
+// in sett, of at most watch.DefaultBatchBytes, and the server reads no
+// further ahead for them however many events go by; once the clients read
+// again, each gets every event exactly once, in order, from the durable
+// history.
+func TestStalledWatchersHoldBoundedBytes(t *testing.T) {
+	in, cli := startSettWith(t, "", server.Config{}, watch.Options{RingEvents: 64, RingBytes: 64 << 10})
+	ctx := ctxT(t)
+	// Fixed windows turn off gRPC's window growth (BDP estimation), so
+	// the client stops accepting data after 64 KiB per stream unread:
+	// the stall happens in the server, where it is measured, rather than
+	// in a client that took megabytes first.
+	conn, err := grpc.NewClient(in.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	value := strings.Repeat("v", 1<<10)
+	var revs []int64 // every write's revision, in the order written
+	write := func(n int) {
+		t.Helper()
+		for range n {
+			key := fmt.Sprintf("s/%05d", len(revs))
+			p, err := cli.Put(ctx, key, value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			revs = append(revs, p.Header.Revision)
+		}
+	}
+	// The watchers start 500 events of 1 KiB back, far past the 64-event
+	// ring, the client's 64 KiB window and gRPC's 64 KiB write quota, so
+	// they stall while catching up from history, when the events they
+	// could take at once are the most.
+	write(500)
+	const streams = 4
+	ws := make([]pb.Watch_WatchClient, streams)
+	for i := range ws {
+		if ws[i], err = pb.NewWatchClient(conn).Watch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		create := &pb.WatchCreateRequest{Key: []byte("s/"), RangeEnd: []byte("s0"), StartRevision: revs[0]}
+		if err := ws[i].Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// stalled waits until every stream's pump is inside gRPC's Send,
+	// which, with the writes done and no client reading, it does not
+	// leave, and returns what the streams hold there and the bytes of
+	// every watch response handed to gRPC so far.
+	stalled := func() (holding, handed float64) {
+		t.Helper()
+		for {
+			m := scrape(t, in.addr)
+			// A response past the bound goes to gRPC whole, and gRPC
+			// queues it whatever the client's window: the memory a
+			// stalled stream costs beyond gRPC's own 64 KiB quota.
+			// (The bound is one of the histogram's bucket edges.)
+			within := m[fmt.Sprintf(`sett_watch_response_bytes_bucket{le="%d"}`, watch.DefaultBatchBytes)]
+			if big := m["sett_watch_response_bytes_count"] - within; big > 0 {
+				t.Fatalf("%v watch responses larger than %d bytes", big, watch.DefaultBatchBytes)
+			}
+			if m["sett_watch_sending_streams"] == streams {
+				return m["sett_watch_sending_bytes"], m["sett_watch_response_bytes_sum"]
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("streams never stalled: %v", m)
+			case <-time.After(10 * time.Millisecond): // polling a gauge: nothing to wait on
+			}
+		}
+	}
+	// What a stream can hand gRPC before Send blocks for good: the
+	// client's 64 KiB window, gRPC's 64 KiB write quota, the response
+	// that passed the quota and the one blocked. It does not depend on
+	// the lag: the server reads no further ahead for a stalled stream.
+	const perStream = 64<<10 + 64<<10 + 2*watch.DefaultBatchBytes + 1<<10
+	check := func(lag int) {
+		t.Helper()
+		held, handed := stalled()
+		if held <= 0 || held > streams*watch.DefaultBatchBytes {
+			t.Fatalf("lag %d: stalled streams hold %v bytes in sett, want 1..%d (one response of at most %d each)", lag, held, streams*watch.DefaultBatchBytes, watch.DefaultBatchBytes)
+		}
+		if handed > streams*perStream {
+			t.Fatalf("lag %d: %v bytes of watch responses handed to gRPC, want at most %d per stalled stream", lag, handed, perStream)
+		}
+	}
+	check(len(revs))
+	write(1500) // four times the lag
+	check(len(revs))
+
+	// Resume: every event once, in order, in responses within the bound.
+	for i, s := range ws {
+		var got []int64
+		for len(got) < len(revs) {
+			r, err := s.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Created {
+				continue
+			}
+			if size := proto.Size(r); size > watch.DefaultBatchBytes {
+				t.Fatalf("stream %d: a response of %d bytes with %d events", i, size, len(r.Events))
+			}
+			for _, e := range r.Events {
+				if want := fmt.Sprintf("s/%05d", len(got)); string(e.Kv.Key) != want {
+					t.Fatalf("stream %d: event %d is %s at %d, want %s", i, len(got), e.Kv.Key, e.Kv.ModRevision, want)
+				}
+				got = append(got, e.Kv.ModRevision)
+			}
+		}
+		if !slices.Equal(got, revs) {
+			t.Fatalf("stream %d: revisions %v, want %v", i, got, revs)
+		}
+	}
+}
+
+// scrape reads the server's Prometheus metrics: each sample's name with
+// its labels, and its value.
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]float64)
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
 }

@@ -7,6 +7,11 @@
 // log when it has fallen behind the ring. A slow watcher therefore costs
 // no memory while it lags, is never dropped, and catches up at its own
 // pace; only a compaction past its cursor ends it, as in etcd.
+//
+// What one Next returns is bounded in bytes as well as in events
+// (Options.BatchBytes), because a caller that cannot deliver it holds it:
+// a watch stream whose client stopped reading sits on its last batch, so
+// that batch's size is what such a watcher costs, whatever its lag.
 package watch
 
 import (
@@ -25,20 +30,32 @@ import (
 type History interface {
 	Rev() int64
 	CompactRev() int64
-	// Events returns the events of whole revisions from revision from
-	// on, at least one revision and about limit events, and the last
-	// revision they cover; ErrCompacted if from is below the compact
-	// revision.
-	Events(ctx context.Context, from int64, limit int) ([]mvcc.Event, int64, error)
+	// EventsWithin returns the events of whole revisions from revision
+	// from on, at least one revision and about limit events or maxBytes
+	// bytes (as mvcc.Event.Size counts them), and the last revision they
+	// cover; ErrCompacted if from is below the compact revision.
+	EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
 }
 
-// Options bound the ring.
+// DefaultBatchBytes is the default bound on the bytes of one Next, and so
+// on what a watch stream whose client stopped reading holds in sett: the
+// one response its sender is blocked on. gRPC queues such a stream's
+// earlier responses too, up to its 64 KiB write quota and the response
+// that passed it, so a stalled stream costs about 64 KiB + 2 x the bound
+// in all. 16 KiB keeps that near gRPC's own share while a reading watcher
+// that catches up still gets a dozen or more events per response; one
+// that keeps up gets each revision as it commits, whatever the bound.
+const DefaultBatchBytes = 16 << 10
+
+// Options bound the ring and what one Next returns.
 type Options struct {
 	// RingEvents and RingBytes bound the events the ring keeps.
 	RingEvents, RingBytes int
-	// BatchEvents bounds the events one Next returns (whole revisions are
-	// never split). Zero means 1000.
-	BatchEvents int
+	// BatchEvents and BatchBytes bound the events one Next returns, in
+	// number and in bytes as mvcc.Event.Size counts them. Whole
+	// revisions are never split, so a revision larger than BatchBytes
+	// comes alone. Zero means 1000 events and DefaultBatchBytes.
+	BatchEvents, BatchBytes int
 }
 
 // Hub fans committed events out to watchers.
@@ -65,6 +82,9 @@ func NewHub(opts Options) *Hub {
 	}
 	if opts.BatchEvents <= 0 {
 		opts.BatchEvents = 1000
+	}
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = DefaultBatchBytes
 	}
 	return &Hub{opts: opts, ring: newRing(opts.RingEvents, opts.RingBytes), changed: make(chan struct{})}
 }
@@ -97,7 +117,7 @@ func (h *Hub) Head() (int64, <-chan struct{}) {
 func (h *Hub) Committed(rev int64, events []mvcc.Event) {
 	size := 0
 	for _, e := range events {
-		size += eventSize(e)
+		size += e.Size()
 	}
 	h.mu.Lock()
 	h.ring.push(batch{rev: rev, events: events, size: size})
@@ -105,14 +125,6 @@ func (h *Hub) Committed(rev int64, events []mvcc.Event) {
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.mu.Unlock()
-}
-
-func eventSize(e mvcc.Event) int {
-	n := 64 + len(e.KV.Key) + len(e.KV.Value)
-	if e.PrevKV != nil {
-		n += 48 + len(e.PrevKV.Key) + len(e.PrevKV.Value)
-	}
-	return n
 }
 
 // Filter drops events of a type.
@@ -168,14 +180,13 @@ func (w *Watcher) Next(ctx context.Context) (events []mvcc.Event, through int64,
 		}
 		events, through, ok := w.fromRing()
 		if !ok {
-			events, through, err = h.history.Events(ctx, w.next, h.opts.BatchEvents)
+			events, through, err = w.fromHistory(ctx)
 			if errors.Is(err, mvcc.ErrCompacted) {
 				return nil, h.history.CompactRev(), ErrCompacted
 			}
 			if err != nil {
 				return nil, 0, err
 			}
-			events = w.match(events)
 		}
 		// etcd looks an event's previous key-value up when it sends the
 		// event, so a compaction since the event was committed hides it
@@ -194,8 +205,7 @@ func (w *Watcher) Next(ctx context.Context) (events []mvcc.Event, through int64,
 // Cursor returns the next revision the watcher needs.
 func (w *Watcher) Cursor() int64 { return w.next }
 
-// fromRing serves the watcher from the ring if the ring still holds its
-// cursor.
+// fromRing serves the watcher if the ring still holds its cursor.
 func (w *Watcher) fromRing() ([]mvcc.Event, int64, bool) {
 	h := w.hub
 	h.mu.RLock()
@@ -203,17 +213,62 @@ func (w *Watcher) fromRing() ([]mvcc.Event, int64, bool) {
 	if h.ring.n == 0 || w.next < h.ring.oldest() {
 		return nil, 0, false
 	}
-	var out []mvcc.Event
+	var t take
 	through := w.next - 1
 	for i := h.ring.from(w.next); i < h.ring.n; i++ {
 		b := h.ring.at(i)
-		if len(out) >= h.opts.BatchEvents {
+		if !t.add(w.match(b.events), h.opts) {
 			break
 		}
-		out = append(out, w.match(b.events)...)
 		through = b.rev
 	}
-	return out, through, true
+	return t.events, through, true
+}
+
+// fromHistory serves the watcher from the store's change log. The log is
+// read with the same bounds the result has, so a watcher catching up
+// reads little it then leaves for the next call.
+func (w *Watcher) fromHistory(ctx context.Context) ([]mvcc.Event, int64, error) {
+	h := w.hub
+	events, through, err := h.history.EventsWithin(ctx, w.next, h.opts.BatchEvents, h.opts.BatchBytes)
+	if err != nil {
+		return nil, 0, err
+	}
+	// The log's bounds count every event read, the result's only the
+	// matching ones, so the result is cut again at a revision boundary.
+	var t take
+	for i := 0; i < len(events); {
+		j := i + 1
+		for j < len(events) && events[j].KV.ModRevision == events[i].KV.ModRevision {
+			j++
+		}
+		if !t.add(w.match(events[i:j]), h.opts) {
+			return t.events, events[i].KV.ModRevision - 1, nil
+		}
+		i = j
+	}
+	return t.events, through, nil
+}
+
+// take gathers whole revisions' events up to the bounds of one Next.
+type take struct {
+	events []mvcc.Event
+	size   int
+}
+
+// add appends one revision's events unless that would pass a bound; the
+// first revision is always taken, however large.
+func (t *take) add(events []mvcc.Event, opts Options) bool {
+	size := 0
+	for _, e := range events {
+		size += e.Size()
+	}
+	if len(t.events) > 0 && (len(t.events)+len(events) > opts.BatchEvents || t.size+size > opts.BatchBytes) {
+		return false
+	}
+	t.events = append(t.events, events...)
+	t.size += size
+	return true
 }
 
 // match keeps the events a watcher wants. The result never aliases a
