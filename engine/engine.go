@@ -25,6 +25,11 @@ var (
 	ErrConflict = errors.New("engine: conditional write conflict")
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("engine: closed")
+	// ErrUndetermined is returned by Commit when the engine cannot tell
+	// whether the transaction committed (a distributed engine that lost
+	// its answer mid-commit). It is neither success nor conflict: the
+	// caller must read the state back to learn which.
+	ErrUndetermined = errors.New("engine: commit outcome undetermined")
 )
 
 // Engine is an ordered key-value store.
