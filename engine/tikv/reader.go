@@ -1,0 +1,110 @@
+//go:build tikv
+
+package tikv
+
+import (
+	"context"
+	"fmt"
+
+	tikverr "github.com/tikv/client-go/v2/error"
+	"github.com/tikv/client-go/v2/tikv"
+	"github.com/tikv/client-go/v2/txnkv/transaction"
+	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
+
+	"github.com/settdb/sett/engine"
+)
+
+// source is what a snapshot and a transaction read through: TiKV's
+// snapshot, or the transaction's own writes over it.
+type source interface {
+	get(key []byte) ([]byte, error)
+	iter(lo, hi []byte) (tikv.Iterator, error)
+	iterReverse(hi, lo []byte) (tikv.Iterator, error)
+}
+
+type snapshotSource struct{ s *txnsnapshot.KVSnapshot }
+
+func (s snapshotSource) get(key []byte) ([]byte, error) {
+	e, err := s.s.Get(context.Background(), key)
+	return e.Value, err
+}
+
+func (s snapshotSource) iter(lo, hi []byte) (tikv.Iterator, error) { return s.s.Iter(lo, hi) }
+
+func (s snapshotSource) iterReverse(hi, lo []byte) (tikv.Iterator, error) {
+	return s.s.IterReverse(hi, lo)
+}
+
+type txnSource struct{ t *transaction.KVTxn }
+
+func (s txnSource) get(key []byte) ([]byte, error) {
+	e, err := s.t.Get(context.Background(), key)
+	return e.Value, err
+}
+
+func (s txnSource) iter(lo, hi []byte) (tikv.Iterator, error) { return s.t.Iter(lo, hi) }
+
+func (s txnSource) iterReverse(hi, lo []byte) (tikv.Iterator, error) {
+	return s.t.IterReverse(hi, lo)
+}
+
+// reader implements engine.Reader over a source.
+type reader struct {
+	src source
+}
+
+func (r *reader) Get(key []byte) ([]byte, error) {
+	v, err := r.src.get(key)
+	switch {
+	case tikverr.IsErrNotFound(err):
+		return nil, engine.ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("tikv get: %w", err)
+	}
+	return decodeValue(v), nil
+}
+
+func (r *reader) Iterate(start, end []byte, reverse bool) engine.Iterator {
+	it := &iterator{src: r.src, start: start, end: end, reverse: reverse}
+	if reverse {
+		it.reopen(nil)
+	} else {
+		it.reopen(start)
+	}
+	return it
+}
+
+// snapshot is an engine.Snapshot at one timestamp.
+type snapshot struct {
+	reader
+	db     *DB
+	ts     uint64
+	closed bool
+}
+
+func (s *snapshot) Close() {
+	if !s.closed {
+		s.closed = true
+		s.db.release(s.ts)
+	}
+}
+
+// TiKV stores no empty values (client-go refuses them), and the engine
+// contract allows them. So a value that is empty or starts with valueEscape
+// is stored with valueEscape in front; every other value, which is nearly
+// every value mvcc writes, is stored as it is and read without a copy.
+const valueEscape = 0x00
+
+func encodeValue(v []byte) []byte {
+	if len(v) > 0 && v[0] != valueEscape {
+		return v
+	}
+	return append([]byte{valueEscape}, v...)
+}
+
+func decodeValue(v []byte) []byte {
+	if len(v) > 0 && v[0] == valueEscape {
+		return v[1:]
+	}
+	return v
+}
