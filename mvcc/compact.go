@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -122,6 +123,7 @@ func (c *cleaner) run() {
 		if target <= from {
 			continue
 		}
+		began := time.Now()
 		if err := c.clean(from, target); err != nil {
 			select {
 			case <-c.quit:
@@ -130,12 +132,35 @@ func (c *cleaner) run() {
 			}
 			continue
 		}
+		c.reclaim(began)
 		c.mu.Lock()
 		c.cleaned = target
 		close(c.changed)
 		c.changed = make(chan struct{})
 		c.mu.Unlock()
 		c.s.log.Debug("compaction done", "revision", target)
+	}
+}
+
+// versionReclaimer is an engine that keeps old versions of its own under
+// mvcc's (TiKV's MVCC) until told they may go. Once a compaction has
+// removed its history, the engine versions that history left behind are
+// of no use to any reader that started after the compaction began.
+type versionReclaimer interface {
+	ReclaimVersions(ctx context.Context, before time.Time) error
+}
+
+// reclaim lets such an engine drop the versions superseded before began.
+// A failure only delays that: the next compaction asks again.
+func (c *cleaner) reclaim(began time.Time) {
+	r, ok := c.s.eng.(versionReclaimer)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.ReclaimVersions(ctx, began); err != nil {
+		c.s.log.Warn("engine garbage collection failed", "error", err)
 	}
 }
 

@@ -2,9 +2,11 @@ package mvcc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -96,5 +98,55 @@ func TestCompactRemovesHistory(t *testing.T) {
 	}
 	if kv := r.Kvs[0]; kv.CreateRevision != 8 || kv.Version != 1 {
 		t.Fatalf("recreated key: %v", kv)
+	}
+}
+
+// reclaimingEngine records the calls of a compaction's ReclaimVersions.
+type reclaimingEngine struct {
+	engine.Engine
+	calls chan time.Time
+}
+
+func (e reclaimingEngine) ReclaimVersions(_ context.Context, before time.Time) error {
+	e.calls <- before
+	return nil
+}
+
+// TestCompactReclaimsEngineVersions: an engine that keeps versions of its
+// own is told, once a compaction's removal is done, that what was
+// superseded before the compaction began may go.
+func TestCompactReclaimsEngineVersions(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	eng := reclaimingEngine{Engine: db, calls: make(chan time.Time, 4)}
+	s, err := Open(eng, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var rev int64
+	for i := range 3 {
+		r, err := s.Put(ctx, putReq("k", fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	asked := time.Now()
+	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case before := <-eng.calls:
+		if before.Before(asked) || before.After(time.Now()) {
+			t.Fatalf("ReclaimVersions(%v), want the compaction's start, after %v", before, asked)
+		}
+	default:
+		t.Fatal("a physical compaction returned before ReclaimVersions was called")
 	}
 }
