@@ -18,7 +18,6 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/urfave/cli/v2"
 
-	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -168,20 +167,21 @@ func runServe(c *cli.Context) error {
 	log.Info("memory", "limit", mem.limit, "go_soft_limit", mem.goLimit, "memtable", mem.memTable,
 		"watch_ring_bytes", ringBytes, "mapped_files", mem.fileMapped)
 
-	db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped})
+	st, err := openStorage(c.String("engine"), c.String("tikv-pd-endpoints"), dir, mem, log)
 	if err != nil {
 		return err
 	}
+	db := st.eng
 	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: ringBytes})
 	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub})
 	if err != nil {
-		db.Close()
+		st.close()
 		return err
 	}
 	autoCompact, err := mvcc.ParseAutoCompaction(c.String("auto-compaction-mode"), c.String("auto-compaction-retention"))
 	if err != nil {
 		store.Close()
-		db.Close()
+		st.close()
 		return err
 	}
 	go store.AutoCompact(ctx, autoCompact)
@@ -206,6 +206,7 @@ func runServe(c *cli.Context) error {
 		MaxRequestBytes:   c.Int("max-request-bytes"),
 		MaxTxnOps:         c.Int("max-txn-ops"),
 		Logger:            log,
+		Collectors:        st.collectors,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
 	}, store, hub, ttl.New(store, ttl.Options{Logger: log, Member: server.MemberID(c.String("name"))}), db)
@@ -218,7 +219,7 @@ func runServe(c *cli.Context) error {
 		}
 		if waitSnapshots, err = sn.schedule(ctx, spec); err != nil {
 			store.Close()
-			db.Close()
+			st.close()
 			return err
 		}
 	}
@@ -231,7 +232,7 @@ func runServe(c *cli.Context) error {
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
-	if cerr := db.Close(); cerr != nil && err == nil {
+	if cerr := st.close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	log.Info("stopped")

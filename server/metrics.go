@@ -93,6 +93,7 @@ func newMetrics(s *Server) *metrics {
 	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Always 1; the label names the etcd API version served."}, []string{"server_version"})
 	version.WithLabelValues(Version).Set(1)
 	reg.MustRegister(version)
+	reg.MustRegister(s.cfg.Collectors...)
 	return m
 }
 

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
@@ -73,6 +74,9 @@ type Config struct {
 	// watchers hear the current revision (etcd's default 10 minutes).
 	WatchProgressNotifyInterval time.Duration
 	Logger                      *slog.Logger
+	// Collectors are more metrics to serve on /metrics, such as the
+	// storage engine's own.
+	Collectors []prometheus.Collector
 }
 
 // Store is what the server needs of mvcc.

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/engine/badger"
+)
+
+// storage is the engine sett serves from, with the metrics it brings and
+// how to close it.
+type storage struct {
+	eng        engine.Engine
+	collectors []prometheus.Collector
+	close      func() error
+}
+
+// openStorage opens the engine --engine names: Badger in dir, or TiKV
+// (in engine_tikv.go, only in a binary built with -tags tikv).
+func openStorage(engineName, pdEndpoints, dir string, mem budget, log *slog.Logger) (*storage, error) {
+	switch engineName {
+	case "badger":
+		db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped})
+		if err != nil {
+			return nil, err
+		}
+		return &storage{eng: db, close: db.Close}, nil
+	case "tikv":
+		return openTiKV(pdEndpoints, log)
+	}
+	return nil, fmt.Errorf("unknown --engine %q: badger or tikv", engineName)
+}
