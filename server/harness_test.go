@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -22,10 +22,11 @@ import (
 )
 
 // instance is a sett served in-process on a loopback port over a real
-// Badger in a directory.
+// engine in a directory: Badger, or, in a test binary built with
+// -tags tikv, TiKV's mock cluster (see engine_tikv_test.go).
 type instance struct {
 	dir    string
-	db     *badger.DB
+	db     engine.Engine
 	store  *mvcc.Store
 	srv    *server.Server
 	cancel context.CancelFunc
@@ -49,7 +50,7 @@ func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	db, err := badger.Open(badger.Options{Dir: dir, Logger: quietLogger()})
+	db, err := openEngine(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
