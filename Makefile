@@ -6,7 +6,7 @@ BENCHTIME ?= 2s
 # BENCH_FLAGS='-scale 0.1' for a quick run; `bin/load -h` lists them.
 BENCH_FLAGS ?=
 
-.PHONY: build run test test-sett bench bench-inproc etcdctl clean k8s-storage e2e
+.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage e2e
 
 build:
 	$(GO) build -o bin/sett .
@@ -23,12 +23,21 @@ bin/etcdctl: testdata/etcdctl/go.mod testdata/etcdctl/go.sum
 # sett's own packages under the race detector, and Kubernetes' storage
 # suites against sett and etcd (k8s-storage), side by side: the suites
 # mostly wait, so together they take little longer than the slower one.
+# test-tikv runs in the first free slot.
 test: bin/etcdctl
 	$(GO) vet ./...
-	$(MAKE) -j2 --output-sync=target test-sett k8s-storage
+	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv
 
 test-sett: bin/etcdctl
 	SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
+
+# The TiKV build (-tags tikv): vet, the engine's own tests, and sett's
+# differential test against etcd and the testdata/scripts, served on
+# client-go's in-process mock cluster.
+test-tikv:
+	$(GO) vet -tags tikv ./...
+	$(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv
+	$(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestScripts)$$' ./server
 
 # The process benchmark: bin/sett and a real etcd (bin/etcd) each run as
 # their own process on fresh temp data dirs, driven by one load generator,

@@ -59,3 +59,10 @@ func (d *DB) safePoint(before time.Time) (uint64, error) {
 	}
 	return safe, nil
 }
+
+// GC backs Maintenance.Defragment. TiKV compacts its own storage; what
+// sett can do is let it drop the versions no reader needs any more, as
+// after a compaction, up to now.
+func (d *DB) GC() error {
+	return d.ReclaimVersions(context.Background(), time.Now())
+}

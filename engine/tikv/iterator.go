@@ -93,7 +93,7 @@ func (i *iterator) Valid() bool {
 }
 
 func (i *iterator) Next() {
-	if i.err != nil || i.it == nil {
+	if i.err != nil || i.it == nil || !i.it.Valid() {
 		return
 	}
 	at := bytes.Clone(i.it.Key())
