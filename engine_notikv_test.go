@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// childEngineEnv is the environment that picks the engine of the sett
+// processes the tests start: the default, Badger.
+func childEngineEnv([]string) []string { return nil }
+
 // TestEngineTiKVNeedsTag: a binary built without -tags tikv refuses
 // --engine tikv and says how to get it; an unknown engine is refused too.
 func TestEngineTiKVNeedsTag(t *testing.T) {

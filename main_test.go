@@ -82,6 +82,7 @@ func spawn(t testing.TB, args ...string) *child {
 	defer logf.Close()
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Env = append(cmd.Env, childEngineEnv(args)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
