@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -372,16 +373,38 @@ func TestScheduledSnapshots(t *testing.T) {
 			s := spawn(t, args...)
 			cli := newClient(t, addr)
 			s.awaitReady(cli)
-			put, err := cli.Put(context.Background(), "scheduled", tc.format)
+			// Snapshots are taken while a writer keeps going; it stops
+			// after the third, and its last write is what the newest
+			// snapshot, taken after it, must hold.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for n := 0; s.count("scheduled snapshot saved") < 3; n++ {
+				if ctx.Err() != nil {
+					t.Fatalf("fewer than 3 scheduled snapshots in 60s:\n%s", s.logTail())
+				}
+				if _, err := cli.Put(ctx, fmt.Sprintf("load/%d", n%500), strings.Repeat("x", 512)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put, err := cli.Put(ctx, "scheduled", tc.format)
 			if err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(60 * time.Second)
-			for strings.Count(s.logTail(), "scheduled snapshot saved") < 3 {
-				if time.Now().After(deadline) {
-					t.Fatalf("fewer than 3 scheduled snapshots in 60s:\n%s", s.logTail())
+			// The first snapshot saved after the write may have begun
+			// before it; the second began after the first was saved.
+			saved := s.count("scheduled snapshot saved")
+			for s.count("scheduled snapshot saved") < saved+2 {
+				if ctx.Err() != nil {
+					t.Fatalf("no scheduled snapshot after the last write:\n%s", s.logTail())
 				}
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond)
+			}
+			metrics := httpGet(t, http.DefaultClient, "http://"+addr+"/metrics")
+			for _, want := range []string{`sett_snapshot_scheduled_total{result="success"} `, `sett_snapshot_scheduled_total{result="failure"} 0`,
+				"sett_snapshot_scheduled_last_size_bytes ", "sett_snapshot_scheduled_duration_seconds_count "} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("/metrics lacks %q", want)
+				}
 			}
 			s.stop() // waits for a snapshot in progress, and its pruning
 

@@ -57,6 +57,7 @@ func app() *cli.App {
 		Commands: []*cli.Command{
 			serve,
 			snapshotCommand(),
+			defragCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",
@@ -215,7 +216,12 @@ func runServe(c *cli.Context) error {
 		sn := &snapshotter{
 			store: store, eng: db, dir: snapshotDir(c, dir), name: c.String("snapshot-name"),
 			format: c.String("snapshot-format"), compress: c.Bool("snapshot-compress"),
-			retention: c.Int("snapshot-retention"), log: log,
+			retention: c.Int("snapshot-retention"), log: log, metrics: newSnapshotMetrics(),
+		}
+		if err := srv.Register(sn.metrics.collectors()...); err != nil {
+			store.Close()
+			db.Close()
+			return err
 		}
 		if waitSnapshots, err = sn.schedule(ctx, spec); err != nil {
 			store.Close()

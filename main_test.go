@@ -161,6 +161,12 @@ func (c *child) checkLog() {
 	}
 }
 
+// count returns how often s occurs in the whole log.
+func (c *child) count(s string) int {
+	b, _ := os.ReadFile(c.logf)
+	return bytes.Count(b, []byte(s))
+}
+
 func (c *child) logTail() string {
 	b, _ := os.ReadFile(c.logf)
 	if len(b) > 8000 {

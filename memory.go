@@ -42,10 +42,12 @@ func newBudget(limit int64) budget {
 	}
 	return budget{
 		limit: limit,
-		// Three quarters for the heap: a memtable being flushed is held
+		// Two thirds for the heap: a memtable being flushed is held
 		// twice (the skiplist and the table being built), and mapped
-		// file pages and goroutine stacks are outside the Go heap.
-		goLimit:    limit / 4 * 3,
+		// file pages and goroutine stacks are outside the Go heap. With
+		// three quarters the mixed load peaked at 1.14-1.25x a 128 MiB
+		// limit, with two thirds at 1.08x, for 10-20% more CPU.
+		goLimit:    limit / 3 * 2,
 		memTable:   clamp(limit/16, 2<<20, 64<<20),
 		ringBytes:  int(clamp(limit/32, 1<<20, 64<<20)),
 		fileMapped: clamp(limit/8, 4<<20, 256<<20),

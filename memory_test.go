@@ -33,7 +33,7 @@ func TestParseSize(t *testing.T) {
 // inside it, and no limit keeps the small defaults.
 func TestBudget(t *testing.T) {
 	b := newBudget(128 << 20)
-	if b.goLimit != 96<<20 || b.memTable != 8<<20 || b.ringBytes != 4<<20 || b.fileMapped != 16<<20 {
+	if b.goLimit != 128<<20/3*2 || b.memTable != 8<<20 || b.ringBytes != 4<<20 || b.fileMapped != 16<<20 {
 		t.Errorf("budget of 128 MiB: %+v", b)
 	}
 	if fixed := b.goLimit + 2*b.memTable + int64(b.ringBytes) + b.fileMapped; fixed > b.limit*6/5 {
@@ -78,7 +78,7 @@ func TestMemoryLimitFlag(t *testing.T) {
 	cli := newClient(t, addr)
 	c.awaitReady(cli)
 	cli.Close()
-	if log := c.logTail(); !strings.Contains(log, `"limit":67108864`) || !strings.Contains(log, `"go_soft_limit":50331648`) {
+	if log := c.logTail(); !strings.Contains(log, `"limit":67108864`) || !strings.Contains(log, `"go_soft_limit":44739242`) {
 		t.Errorf("no memory line for a 64 MiB limit:\n%s", log)
 	}
 	c.stop()

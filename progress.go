@@ -56,6 +56,24 @@ func (p *progress) set(n int64) {
 	}
 }
 
+// during runs f, which cannot tell how far it has got, and reports the
+// seconds it has been running until it returns.
+func (p *progress) during(f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	defer p.finish()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			p.set(int64(time.Since(p.start).Seconds()))
+		}
+	}
+}
+
 // finish removes the bar.
 func (p *progress) finish() {
 	if p.bar != nil {

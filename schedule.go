@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"github.com/urfave/cli/v2"
 
@@ -78,6 +79,38 @@ type snapshotter struct {
 	compress  bool
 	retention int
 	log       *slog.Logger
+	metrics   snapshotMetrics
+}
+
+// snapshotMetrics tell an operator's dashboard whether scheduled
+// snapshots are being taken, how long they take and how big they are.
+type snapshotMetrics struct {
+	taken    *prometheus.CounterVec
+	duration prometheus.Histogram
+	size     prometheus.Gauge
+	last     prometheus.Gauge
+}
+
+func newSnapshotMetrics() snapshotMetrics {
+	m := snapshotMetrics{
+		taken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sett_snapshot_scheduled_total",
+			Help: "Scheduled snapshots attempted, by result (success or failure)."}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sett_snapshot_scheduled_duration_seconds",
+			Help: "Seconds each successful scheduled snapshot took.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
+		size: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_snapshot_scheduled_last_size_bytes",
+			Help: "Bytes of the newest scheduled snapshot file."}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_snapshot_scheduled_last_success_timestamp_seconds",
+			Help: "Unix time the newest scheduled snapshot was saved."}),
+	}
+	// Both results from the start, so a dashboard sees failures as 0
+	// rather than as no data.
+	m.taken.WithLabelValues("success")
+	m.taken.WithLabelValues("failure")
+	return m
+}
+
+func (m snapshotMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.taken, m.duration, m.size, m.last}
 }
 
 // schedule starts taking snapshots on spec until ctx ends; the returned
@@ -95,11 +128,24 @@ func (s *snapshotter) schedule(ctx context.Context, spec string) (wait func(), e
 	if _, err := c.AddFunc(spec, func() {
 		start := time.Now()
 		path, err := s.take()
+		var size int64
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = os.Stat(path); err == nil {
+				size = fi.Size()
+			}
+		}
+		took := time.Since(start)
 		if err != nil {
-			s.log.Error("scheduled snapshot failed", "error", err)
+			s.metrics.taken.WithLabelValues("failure").Inc()
+			s.log.Error("scheduled snapshot failed", "error", err, "took", took.Round(time.Millisecond))
 			return
 		}
-		s.log.Info("scheduled snapshot saved", "path", path, "took", time.Since(start).Round(time.Millisecond))
+		s.metrics.taken.WithLabelValues("success").Inc()
+		s.metrics.duration.Observe(took.Seconds())
+		s.metrics.size.Set(float64(size))
+		s.metrics.last.Set(float64(time.Now().Unix()))
+		s.log.Info("scheduled snapshot saved", "path", path, "bytes", size, "took", took.Round(time.Millisecond))
 		if _, err := pruneSnapshots(s.dir, s.name, s.retention); err != nil {
 			s.log.Error("pruning snapshots failed", "error", err)
 		}

@@ -184,3 +184,14 @@ func (b byteCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
 		b.m.bytesSent.Add(float64(p.WireLength))
 	}
 }
+
+// Register adds collectors of the process around the server (scheduled
+// snapshots, say) to the registry /metrics serves.
+func (s *Server) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := s.metrics.registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -124,7 +124,10 @@ func Open(o Options) (*DB, error) {
 }
 
 // trim keeps the resident pages of the data files' mappings under limit,
-// looking four times a second: under a write burst new tables fill pages fast.
+// looking once a second. Paging out drops the pages from the page cache
+// too, so every trim makes the reads that follow fault them back in from
+// disk: looking four times a second cost the mixed load 10-15% more CPU
+// per request for no lower peak (docs/BENCHMARKS.md).
 func (d *DB) trim(limit int64) {
 	defer close(d.trimDone)
 	if limit <= 0 || d.dir == "" {
@@ -138,7 +141,7 @@ func (d *DB) trim(limit int64) {
 	if err != nil {
 		return
 	}
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/engine/badger"
+)
+
+// defragCommand reclaims the space of deleted and overwritten data, as
+// `etcdctl defrag` does through a running server and `etcdutl defrag`
+// does on a stopped one's data directory.
+func defragCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "defrag",
+		Usage: "reclaim disk space: of a running server (--endpoints) or of a stopped sett's data directory (--data-dir)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "endpoints", Usage: "the servers to defragment, comma-separated (host:port, http(s)://host:port, unix://path)", EnvVars: []string{"ETCDCTL_ENDPOINTS"}},
+			&cli.StringFlag{Name: "data-dir", Usage: "a stopped sett's data directory to defragment in place", EnvVars: []string{"SETT_DATA_DIR"}},
+			&cli.DurationFlag{Name: "dial-timeout", Value: 2 * time.Second, Usage: "dial timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}},
+			&cli.DurationFlag{Name: "command-timeout", Usage: "give up after this long (0: never)", EnvVars: []string{"ETCDCTL_COMMAND_TIMEOUT"}},
+			&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
+			&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
+			&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
+		},
+		Action: defrag,
+	}
+}
+
+func defrag(c *cli.Context) error {
+	log, err := newLogger("info", "auto")
+	if err != nil {
+		return err
+	}
+	ctx := c.Context
+	if d := c.Duration("command-timeout"); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	dir, endpoints := c.String("data-dir"), splitURLs(c.String("endpoints"))
+	switch {
+	case dir != "" && len(endpoints) > 0:
+		return errors.New("give --data-dir or --endpoints, not both")
+	case dir != "":
+		if _, err := os.Stat(dir); err != nil {
+			return err
+		}
+		// Opening takes the directory's lock, so a running sett is
+		// refused rather than defragmented under its feet.
+		db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
+		if err != nil {
+			return fmt.Errorf("open %s: %w", dir, err)
+		}
+		before := db.Size()
+		err = newProgress(log, "defragmenting "+dir, "seconds", -1).during(db.GC)
+		after := db.Size()
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("Defragmented %s: %d bytes before, %d after\n", dir, before, after)
+		return nil
+	case len(endpoints) == 0:
+		return errors.New("give --endpoints (a running server) or --data-dir (a stopped one)")
+	}
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: c.Duration("dial-timeout")}
+	if cfg.TLS, err = clientTLS(endpoints, c.String("cacert"), c.String("cert"), c.String("key")); err != nil {
+		return err
+	}
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	failed := false
+	for _, ep := range endpoints {
+		start := time.Now()
+		err := newProgress(log, "defragmenting "+ep, "seconds", -1).during(func() error {
+			_, err := client.Defragment(ctx, ep)
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "Defragmenting %s failed after %s: %v\n", ep, time.Since(start).Round(time.Millisecond), err)
+			failed = true
+			continue
+		}
+		fmt.Printf("Defragmented %s in %s\n", ep, time.Since(start).Round(time.Millisecond))
+	}
+	if failed {
+		return cli.Exit("", 1)
+	}
+	return nil
+}
