@@ -28,7 +28,8 @@ func (d *DB) ReclaimVersions(ctx context.Context, before time.Time) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := withTimeout(ctx)
+	// Bounded, for the callers that pass no deadline (Defragment).
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	got, err := d.store.GC(ctx, safe)
 	if err != nil {

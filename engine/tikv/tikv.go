@@ -19,7 +19,6 @@
 package tikv
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -189,9 +188,4 @@ func (d *DB) oldestOpen() (ts uint64, ok bool) {
 		}
 	}
 	return ts, ok
-}
-
-// withTimeout is the deadline for the engine's own calls to PD.
-func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, 30*time.Second)
 }
