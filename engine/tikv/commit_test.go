@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +182,64 @@ func safePoint(t *testing.T, d *DB) uint64 {
 		t.Fatal(err)
 	}
 	return sp
+}
+
+// TestReclaimRacesSnapshots: with GC running in a loop, no snapshot ever
+// finds the safe point past its own timestamp, however the timestamps
+// and the GC's interleave.
+func TestReclaimRacesSnapshots(t *testing.T) {
+	d := openTest(t)
+	put(t, d, "k", []byte("v"))
+	ctx := context.Background()
+	stop := make(chan struct{})
+	gcErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				gcErr <- nil
+				return
+			default:
+			}
+			if err := d.ReclaimVersions(ctx, time.Now().Add(time.Hour)); err != nil {
+				gcErr <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				s, err := d.Snapshot()
+				if err != nil {
+					errs <- err
+					return
+				}
+				ts := s.(*snapshot).ts
+				sp, err := d.store.GetPDClient().UpdateGCSafePoint(ctx, 0)
+				s.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if sp > ts {
+					errs <- fmt.Errorf("safe point %d past an open snapshot at %d", sp, ts)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-gcErr; err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
