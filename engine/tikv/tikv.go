@@ -29,6 +29,7 @@ import (
 	"github.com/tikv/client-go/v2/oracle"
 	"github.com/tikv/client-go/v2/tikv"
 	"github.com/tikv/client-go/v2/txnkv"
+	pdhttp "github.com/tikv/pd/client/http"
 
 	"github.com/settdb/sett/engine"
 )
@@ -63,7 +64,8 @@ type Options struct {
 // DB is an engine.Engine on TiKV.
 type DB struct {
 	store    *tikv.KVStore
-	mock     *MockCluster // nil on a real cluster
+	mock     *MockCluster  // nil on a real cluster
+	pdHTTP   pdhttp.Client // PD's HTTP API, for Size; nil on the mock
 	maxBytes int
 	lifetime time.Duration
 	log      *slog.Logger
@@ -109,6 +111,8 @@ func Open(o Options) (*DB, error) {
 		c, err = txnkv.NewClient(o.PDEndpoints)
 		if c != nil {
 			d.store = c.KVStore
+			// nil when PD's HTTP API cannot be reached; Size is then zero.
+			d.pdHTTP = pdhttp.NewClient("sett", o.PDEndpoints)
 		}
 	}
 	if err != nil {
@@ -156,6 +160,9 @@ func (d *DB) Begin() (engine.Txn, error) {
 func (d *DB) Close() error {
 	if d.closed.Swap(true) {
 		return nil
+	}
+	if d.pdHTTP != nil {
+		d.pdHTTP.Close()
 	}
 	if err := d.store.Close(); err != nil {
 		return fmt.Errorf("close tikv client: %w", err)
