@@ -6,7 +6,10 @@ BENCHTIME ?= 2s
 # BENCH_FLAGS='-scale 0.1' for a quick run; `bin/load -h` lists them.
 BENCH_FLAGS ?=
 
-.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage e2e
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 3m
+
+.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage e2e fuzz
 
 build:
 	$(GO) build -o bin/sett .
@@ -70,6 +73,15 @@ k8s-storage:
 # `test`: the first build of the Kubernetes binaries takes minutes.
 e2e:
 	GO=$(GO) testdata/e2e/run.sh
+
+# The fuzz targets, each for FUZZTIME. `make test` runs only their seeds
+# (in the tests, and the inputs that once failed under testdata/fuzz).
+# New failing inputs land in the package's testdata/fuzz/; keep them.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyEncoding$$' -fuzztime $(FUZZTIME) ./mvcc
+	$(GO) test -run '^$$' -fuzz '^FuzzKV$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotFile$$' -fuzztime $(FUZZTIME) .
 
 clean:
 	rm -rf bin
