@@ -142,6 +142,7 @@ func (e *Election) Run(ctx context.Context) {
 		case <-ctx.Done():
 			e.step.Lock()
 			e.stepDown("stopped")
+			e.leader.Store(0) // it no longer follows who leads
 			e.step.Unlock()
 			return
 		case <-t.C:

@@ -45,7 +45,7 @@ type Options struct {
 	// Follower starts the lessor idle, for a member that does not lead
 	// (see Lead): it expires nothing until it leads.
 	Follower bool
-	Logger *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Lessor tracks when each lease expires.
