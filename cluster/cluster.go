@@ -283,19 +283,80 @@ func (e *Election) campaign(ctx context.Context) {
 	e.epoch.Store(rec.epoch)
 	t := &Term{e: e, rec: rec.encode(), epoch: rec.epoch}
 	e.held, e.deadline = held, now.Add(e.opts.Lease-e.opts.Margin)
+	// The roles may take a while to start (the store re-reads its state
+	// and leases): keep the lease meanwhile, or a big store would never
+	// finish starting before another member took it over.
+	var lost atomic.Bool
+	keeping, stopKeeping := context.WithCancel(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		e.keep(keeping, rec.epoch, &lost)
+	}()
 	for i, r := range e.roles {
-		if err := r.Lead(ctx, t); err != nil {
+		err := r.Lead(ctx, t)
+		if err == nil && i == len(e.roles)-1 && lost.Load() {
+			err = errors.New("lost the lease while starting")
+		}
+		if err != nil {
+			stopKeeping()
+			<-kept
 			e.log.Error("could not start leading; resigning", "error", err)
-			for j := i - 1; j >= 0; j-- {
+			for j := i; j >= 0; j-- {
 				e.roles[j].Follow()
 			}
 			e.release(ctx, lease{id: rec.id, epoch: rec.epoch})
 			return
 		}
 	}
+	stopKeeping()
+	<-kept
 	e.term = t
 	e.leader.Store(e.opts.ID)
 	e.log.Info("elected leader", "epoch", rec.epoch)
+}
+
+// keep renews the lease of epoch every Lease/4 until ctx ends, while the
+// roles start; lost is set if another member took the lease.
+func (e *Election) keep(ctx context.Context, epoch uint64, lost *atomic.Bool) {
+	t := time.NewTicker(e.opts.Lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		// Not ctx: a renewal cut short might land unknown to this leader,
+		// and its next renewal would then conflict with itself.
+		held, err := e.extend(context.Background(), epoch, e.held)
+		switch {
+		case err == nil:
+			e.held, e.deadline = held, start.Add(e.opts.Lease-e.opts.Margin)
+		case errors.Is(err, engine.ErrConflict):
+			lost.Store(true)
+			return
+		}
+	}
+}
+
+// extend rewrites the lease of epoch, which this member last wrote as
+// held, with an expiry a lease duration from now.
+func (e *Election) extend(ctx context.Context, epoch uint64, held []byte) ([]byte, error) {
+	next := lease{id: e.opts.ID, epoch: epoch, expiry: time.Now().Add(e.opts.Lease)}.encode()
+	tx, err := e.eng.Begin()
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Discard()
+	if err := tx.PutIf(leaseKey, next, held); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // renew extends the lease this member holds. It steps down if another
@@ -306,19 +367,11 @@ func (e *Election) renew(ctx context.Context) {
 		e.stepDown("a commit was fenced off")
 		return
 	}
-	now := time.Now()
-	held := lease{id: e.opts.ID, epoch: e.term.epoch, expiry: now.Add(e.opts.Lease)}.encode()
-	tx, err := e.eng.Begin()
-	if err == nil {
-		defer tx.Discard()
-		err = tx.PutIf(leaseKey, held, e.held)
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
+	start := time.Now()
+	held, err := e.extend(ctx, e.term.epoch, e.held)
 	switch {
 	case err == nil:
-		e.held, e.deadline = held, now.Add(e.opts.Lease-e.opts.Margin)
+		e.held, e.deadline = held, start.Add(e.opts.Lease-e.opts.Margin)
 	case errors.Is(err, engine.ErrConflict):
 		e.stepDown("another member holds the lease")
 	case time.Now().After(e.deadline):

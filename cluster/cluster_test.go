@@ -288,3 +288,34 @@ func TestUnknownOutcome(t *testing.T) {
 		})
 	}
 }
+
+// slowRole takes a while to start leading, as a store with much to
+// re-read does.
+type slowRole struct{ d time.Duration }
+
+func (r slowRole) Lead(context.Context, mvcc.Fencer) error { time.Sleep(r.d); return nil }
+func (r slowRole) Follow()                                 {}
+
+// TestSlowStart: a member whose roles take longer than a lease to start
+// keeps its lease meanwhile, so no other member takes over.
+func TestSlowStart(t *testing.T) {
+	eng := openShared(t)
+	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+	a.el.roles = append(a.el.roles, slowRole{3 * testLease})
+	started := make(chan struct{})
+	go func() {
+		a.tick(t)
+		close(started)
+	}()
+	for {
+		select {
+		case <-started:
+			if !a.el.IsLeader() || b.el.IsLeader() || a.el.Term() != 1 {
+				t.Fatalf("a leads %v, b leads %v, term %d; want a at term 1", a.el.IsLeader(), b.el.IsLeader(), a.el.Term())
+			}
+			return
+		case <-time.After(testLease / 4):
+			b.tick(t)
+		}
+	}
+}
