@@ -167,23 +167,26 @@ type state struct {
 // readState reads the state records. A new store is at revision 1 with
 // nothing compacted (-1), as etcd.
 func readState(r engine.Reader) (state, error) {
+	st, err := readHead(r)
+	if err != nil {
+		return st, err
+	}
+	st.cleaned, err = readInt(r, metaCleaned, st.cleaned)
+	return st, err
+}
+
+// readHead is readState without the cleanup progress, for every read.
+func readHead(r engine.Reader) (state, error) {
 	st := state{rev: 1, compact: -1, cleaned: -1}
 	b, err := r.Get(metaState)
 	switch {
 	case err == nil && len(b) == 16:
 		st.rev, st.applied = int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:])
-	case err == nil:
-		return st, fmt.Errorf("read state: %w", errBadRecord)
-	case !errors.Is(err, engine.ErrNotFound):
+	case err != nil && !errors.Is(err, engine.ErrNotFound):
 		return st, fmt.Errorf("read state: %w", err)
 	}
-	if st.compact, err = readInt(r, metaCompact, st.compact); err != nil {
-		return st, err
-	}
-	if st.cleaned, err = readInt(r, metaCleaned, st.cleaned); err != nil {
-		return st, err
-	}
-	return st, nil
+	st.compact, err = readInt(r, metaCompact, st.compact)
+	return st, err
 }
 
 // reload reads the store's state and leases from a fresh snapshot and
@@ -224,7 +227,7 @@ func (s *Store) follow(ctx context.Context) error {
 		return err
 	}
 	defer snap.Close()
-	st, err := readState(snap)
+	st, err := readHead(snap)
 	if err != nil {
 		return err
 	}

@@ -217,7 +217,7 @@ func (s *Store) snapshotView() (*view, func(), error) {
 	}
 	compact := s.compact.Load()
 	if s.opts.Clustered {
-		st, err := readState(snap)
+		st, err := readHead(snap)
 		if err != nil {
 			snap.Close()
 			return nil, nil, err
