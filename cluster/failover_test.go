@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -398,6 +400,13 @@ func TestMoveLeaderAndHealth(t *testing.T) {
 	}
 	if _, err := leader.cli.Put(ctx, "k", "v"); err == nil {
 		t.Fatal("a write succeeded with no leader")
+	}
+	// A watch that requires a leader is refused, as etcd refuses it.
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	resp, ok := <-leader.cli.Watch(clientv3.WithRequireLeader(wctx), "k")
+	if !ok || !errors.Is(resp.Err(), rpctypes.ErrNoLeader) {
+		t.Fatalf("require-leader watch without a leader: %v, %v", ok, resp.Err())
 	}
 }
 
