@@ -205,10 +205,15 @@ func (e *Election) observe() (lease, error) {
 		return lease{}, err
 	}
 	e.epoch.Store(max(e.epoch.Load(), cur.epoch))
-	if cur.target == 0 && time.Now().Before(cur.expiry) {
-		e.leader.Store(cur.id)
-	} else {
+	switch {
+	case cur.target != 0 || !time.Now().Before(cur.expiry):
+		e.leader.Store(0) // handed over or run out
+	case cur.id == e.opts.ID && e.term == nil:
+		// This member's own lease, which it stopped renewing when it
+		// stepped down: it leads no more.
 		e.leader.Store(0)
+	default:
+		e.leader.Store(cur.id)
 	}
 	return cur, nil
 }
@@ -220,6 +225,11 @@ func (e *Election) free(cur lease, now time.Time) bool {
 		return true // never held, or resigned
 	case cur.target == e.opts.ID:
 		return true // handed to this member
+	case cur.target == 0 && cur.id == e.opts.ID:
+		// This member's own lease, left when it stepped down: taking it
+		// back is an election like any other (a new epoch, the state
+		// re-read), and no other member may take it before it expires.
+		return true
 	}
 	return now.After(cur.expiry.Add(e.opts.Margin))
 }

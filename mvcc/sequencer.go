@@ -65,6 +65,7 @@ func (s *Store) sequence() {
 		poll = t.C
 	}
 	batch := make([]*request, 0, s.opts.MaxBatch)
+	var warned time.Time // the last failure to follow that was logged
 	for {
 		select {
 		case req, ok := <-s.queue:
@@ -76,8 +77,11 @@ func (s *Store) sequence() {
 			f()
 		case <-poll:
 			if s.term.Load() == nil {
-				if err := s.follow(context.Background()); err != nil {
+				// A failure is retried at the next poll; an engine that
+				// is down is logged once a second, not at every poll.
+				if err := s.follow(context.Background()); err != nil && time.Since(warned) > time.Second {
 					s.log.Warn("following the engine failed", "error", err)
+					warned = time.Now()
 				}
 			}
 		}
