@@ -107,10 +107,6 @@ fill:
 		}
 	}
 	for rest := batch; len(rest) > 0; {
-		if s.term.Load() == nil {
-			failAll(rest, ErrNotLeader)
-			break
-		}
 		rest = rest[s.commit(rest):]
 	}
 	return batch
@@ -123,6 +119,9 @@ func (s *Store) commit(batch []*request) int {
 		return 0
 	}
 	t := s.term.Load()
+	if t == nil {
+		return failAll(batch, ErrNotLeader)
+	}
 	etx, err := t.eng.Begin()
 	if err != nil {
 		return failAll(batch, err)
@@ -276,6 +275,10 @@ func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify [
 // across several (see spillTxn) and answers it.
 func (s *Store) commitLarge(req *request) {
 	t := s.term.Load()
+	if t == nil {
+		req.done <- result{err: ErrNotLeader}
+		return
+	}
 	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
 	tx, err := newSpillTxn(t.eng, rev+1)
 	if err != nil {
