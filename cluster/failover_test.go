@@ -423,3 +423,74 @@ func health(t testing.TB, addr string) string {
 	}
 	return h.Health
 }
+
+// TestFollowerForwards: every kind of write through a follower reaches
+// the leader and is read back at once through either member; a lease
+// granted through the follower expires on the leader elected after it.
+func TestFollowerForwards(t *testing.T) {
+	eng := openShared(t)
+	ms := []*peer{startPeer(t, eng, "a"), startPeer(t, eng, "b")}
+	leader := awaitLeader(t, ms, 5*time.Second)
+	f := ms[0]
+	if f == leader {
+		f = ms[1]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	events := f.cli.Watch(ctx, "", clientv3.WithPrefix())
+
+	lease, err := f.cli.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cli.Put(ctx, "leased", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	put, err := f.cli.Put(ctx, "a", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Linearizable and serializable reads through both members see it.
+	for _, m := range ms {
+		for _, opts := range [][]clientv3.OpOption{nil, {clientv3.WithSerializable()}} {
+			resp, err := m.cli.Get(ctx, "a", opts...)
+			if err != nil || len(resp.Kvs) != 1 || resp.Header.Revision < put.Header.Revision {
+				t.Fatalf("read through %s: %v, %v", m.name, resp, err)
+			}
+		}
+	}
+	txn, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value("a"), "=", "1")).
+		Then(clientv3.OpPut("a", "2")).Commit()
+	if err != nil || !txn.Succeeded {
+		t.Fatalf("txn through the follower: %v, %v", txn, err)
+	}
+	del, err := f.cli.Delete(ctx, "a")
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("delete through the follower: %v, %v", del, err)
+	}
+	if _, err := f.cli.Compact(ctx, put.Header.Revision); err != nil {
+		t.Fatalf("compact through the follower: %v", err)
+	}
+	if _, err := leader.cli.Get(ctx, "a", clientv3.WithRev(put.Header.Revision-1)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("read below the compaction: %v", err)
+	}
+
+	// The leader moves; the lease, never kept alive, runs out on the new
+	// one, whose revocation deletes the key.
+	if _, err := leader.cli.MoveLeader(ctx, f.id); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for resp := range events {
+		for _, e := range resp.Events {
+			kinds = append(kinds, fmt.Sprintf("%s %s", e.Type, e.Kv.Key))
+		}
+		if len(kinds) == 5 {
+			break
+		}
+	}
+	want := []string{"PUT leased", "PUT a", "PUT a", "DELETE a", "DELETE leased"}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Fatalf("events through the follower: %v, want %v", kinds, want)
+	}
+}
