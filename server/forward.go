@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // In clustered mode a follower forwards what only the leader may do —
@@ -99,6 +102,19 @@ func (f *forwarder) connect(ctx context.Context, id uint64) (*grpc.ClientConn, e
 	}
 	f.conn, f.leader = conn, id
 	return conn, nil
+}
+
+// failed maps the error of a forwarded call. The leader's own answers
+// pass as they are; failing to reach it at all (it stopped, and this
+// member has not yet seen its lease run out) is, to this member, having
+// no leader, which is what etcd answers then.
+func (f *forwarder) failed(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable || strings.HasPrefix(st.Message(), "etcdserver: ") {
+		return err
+	}
+	f.s.log.Debug("cannot reach the leader", "error", err)
+	return rpctypes.ErrGRPCNoLeader
 }
 
 func (f *forwarder) close() {

@@ -164,7 +164,7 @@ func forwarded[R header](s *Server, err error, call func() (R, error)) (R, error
 	}
 	resp, err := call()
 	if err != nil {
-		return zero, err
+		return zero, s.fwd.failed(err)
 	}
 	if h := resp.GetHeader(); h != nil {
 		s.fill(h)
