@@ -90,8 +90,10 @@ type Election struct {
 	deadline time.Time // when this leader gives up if it cannot renew
 
 	// What readers see, kept current by the steps.
-	leader atomic.Uint64 // 0 if no member leads
-	epoch  atomic.Uint64
+	leader  atomic.Uint64 // 0 if no member leads
+	epoch   atomic.Uint64
+	changes atomic.Uint64 // leaders seen, counting each new epoch once
+	seen    uint64        // the epoch of the last leader counted; under step
 }
 
 // New returns the election of the member opts describes, over eng.
@@ -120,6 +122,20 @@ func (e *Election) Leader() uint64 { return e.leader.Load() }
 
 // IsLeader reports whether this member leads.
 func (e *Election) IsLeader() bool { return e.leader.Load() == e.opts.ID }
+
+// setLeader publishes id, not 0, as the leader, counting a change of
+// leader when the epoch is new to this member.
+func (e *Election) setLeader(id uint64) {
+	e.leader.Store(id)
+	if ep := e.epoch.Load(); ep != e.seen {
+		e.seen = ep
+		e.changes.Add(1)
+	}
+}
+
+// LeaderChanges counts the leaders this member has seen elected (etcd's
+// etcd_server_leader_changes_seen_total).
+func (e *Election) LeaderChanges() uint64 { return e.changes.Load() }
 
 // Term returns the newest election epoch this member knows. It only
 // grows; sett reports it as etcd's raft term.
@@ -213,7 +229,7 @@ func (e *Election) observe() (lease, error) {
 		// stepped down: it leads no more.
 		e.leader.Store(0)
 	default:
-		e.leader.Store(cur.id)
+		e.setLeader(cur.id)
 	}
 	return cur, nil
 }
@@ -322,7 +338,7 @@ func (e *Election) campaign(ctx context.Context) {
 	stopKeeping()
 	<-kept
 	e.term = t
-	e.leader.Store(e.opts.ID)
+	e.setLeader(e.opts.ID)
 	e.log.Info("elected leader", "epoch", rec.epoch)
 }
 

@@ -383,6 +383,9 @@ func TestMoveLeaderAndHealth(t *testing.T) {
 	if !other.el.IsLeader() || other.el.Term() != term+1 {
 		t.Fatalf("after the move: %s leads %v at term %d, want term %d", other.name, other.el.IsLeader(), other.el.Term(), term+1)
 	}
+	if n := other.el.LeaderChanges(); n != 2 {
+		t.Fatalf("%s saw %d leaders, want 2", other.name, n)
+	}
 	ttlResp, err := leader.cli.TimeToLive(ctx, lease.ID, clientv3.WithAttachedKeys())
 	if err != nil || ttlResp.TTL <= 0 || len(ttlResp.Keys) != 1 {
 		t.Fatalf("lease after the move: %+v, %v", ttlResp, err)

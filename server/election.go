@@ -28,6 +28,8 @@ type Cluster interface {
 	// MoveLeader hands leadership to the member target and returns once
 	// it leads.
 	MoveLeader(ctx context.Context, target uint64) error
+	// LeaderChanges counts the leaders this member has seen elected.
+	LeaderChanges() uint64
 }
 
 // alwaysLeader is the single-node Election.

@@ -87,7 +87,12 @@ func newMetrics(s *Server) *metrics {
 		counter("etcd_server_proposals_applied_total", "Write requests applied (sett's stand-in for applied raft proposals).", applied),
 		gauge("etcd_server_proposals_pending", "Raft proposals waiting to commit: always 0, sett has no raft.", func() float64 { return 0 }),
 		counter("etcd_server_proposals_failed_total", "Failed raft proposals: always 0, sett has no raft.", func() float64 { return 0 }),
-		counter("etcd_server_leader_changes_seen_total", "Leader changes seen: always 0, the one member leads from the start.", func() float64 { return 0 }),
+		counter("etcd_server_leader_changes_seen_total", "Leader changes seen: always 0 for a single member, which leads from the start.", func() float64 {
+			if s.cluster != nil {
+				return float64(s.cluster.LeaderChanges())
+			}
+			return 0
+		}),
 		gauge("etcd_debugging_lease_total", "Leases that exist now.", func() float64 { return float64(len(s.store.Leases())) }),
 	)
 	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Always 1; the label names the etcd API version served."}, []string{"server_version"})
