@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -317,5 +318,74 @@ func TestSlowStart(t *testing.T) {
 		case <-time.After(testLease / 4):
 			b.tick(t)
 		}
+	}
+}
+
+// TestDeposedMidLargeRequest: a leader is deposed while a request too
+// large for one engine transaction is half written. The new leader takes
+// the partial writes back before it writes; the old leader's next
+// transaction is fenced off, and the request fails.
+func TestDeposedMidLargeRequest(t *testing.T) {
+	eng := openShared(t)
+	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+	ctx := context.Background()
+	elected := time.Now()
+	a.tick(t)
+	const n = 5000
+	for i := 0; i < n; i += 100 {
+		var ops []*pb.RequestOp
+		for j := i; j < i+100; j++ {
+			ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: fmt.Appendf(nil, "big/%05d", j), Value: []byte("v")}}})
+		}
+		if _, err := a.store.Txn(ctx, &pb.TxnRequest{Success: ops}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := a.store.Rev()
+
+	// The first of the delete's transactions commits, the second waits.
+	pause := make(chan chan struct{})
+	a.eng.mu.Lock()
+	a.eng.pause, a.eng.skip = pause, 1
+	a.eng.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.store.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("big/"), RangeEnd: []byte("big0")})
+		errc <- err
+	}()
+	var resume chan struct{}
+	select {
+	case resume = <-pause:
+	case err := <-errc:
+		t.Fatalf("the delete took one transaction (%v); it must take several", err)
+	}
+	a.eng.mu.Lock()
+	a.eng.pause = nil
+	a.eng.mu.Unlock()
+
+	waitExpired(elected)
+	b.tick(t)
+	if !b.el.IsLeader() {
+		t.Fatal("b did not take over")
+	}
+	count := func() (int64, int64) {
+		resp, err := b.store.Range(ctx, &pb.RangeRequest{Key: []byte("big/"), RangeEnd: []byte("big0"), CountOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count, resp.Header.Revision
+	}
+	if c, r := count(); c != n || r != rev {
+		t.Fatalf("after the new leader took over: %d keys at revision %d, want %d at %d", c, r, n, rev)
+	}
+	close(resume)
+	if err := <-errc; !errors.Is(err, mvcc.ErrNotCommitted) {
+		t.Fatalf("deposed leader's large delete: %v, want ErrNotCommitted", err)
+	}
+	if got, err := put(ctx, b.store, "next", "v"); err != nil || got != rev+1 {
+		t.Fatalf("new leader's put: rev %d, %v; want %d", got, err, rev+1)
+	}
+	if c, _ := count(); c != n {
+		t.Fatalf("%d keys after all, want %d", c, n)
 	}
 }

@@ -16,6 +16,8 @@ type faultEngine struct {
 	mu    sync.Mutex
 	plan  []fault            // faults for the next commits, in order
 	pause chan chan struct{} // if set, each commit hands over a channel and waits on it
+	// skip is how many commits go through before pause applies.
+	skip int
 }
 
 type fault int
@@ -59,6 +61,10 @@ type faultTxn struct {
 func (t *faultTxn) Commit(ctx context.Context) error {
 	t.e.mu.Lock()
 	pause := t.e.pause
+	if pause != nil && t.e.skip > 0 {
+		t.e.skip--
+		pause = nil
+	}
 	t.e.mu.Unlock()
 	if pause != nil {
 		resume := make(chan struct{})

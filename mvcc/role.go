@@ -57,9 +57,14 @@ type term struct {
 	fence Fencer
 }
 
-// fencedEngine adds the term's fence to every transaction just before
-// it commits, so that no write path of the leader (the sequencer, large
-// requests, their undo, the layout upgrade) can commit unfenced.
+// fencedEngine adds the term's fence to every transaction, so that no
+// write path of the leader (the sequencer, large requests, their undo,
+// the layout upgrade) can commit unfenced. The fence is the first write
+// of each transaction, so it always fits: a transaction that a write
+// path fills up to the engine's limit has no room left at its commit.
+// Where in the transaction it sits makes no difference to what it
+// checks: the engine reads it at the transaction's snapshot and detects
+// a conflicting write committed since, wherever the write comes.
 type fencedEngine struct {
 	engine.Engine
 	fence Fencer
@@ -70,20 +75,11 @@ func (e fencedEngine) Begin() (engine.Txn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fencedTxn{Txn: tx, fence: e.fence}, nil
-}
-
-type fencedTxn struct {
-	engine.Txn
-	fence Fencer
-}
-
-func (t fencedTxn) Commit(ctx context.Context) error {
-	if err := t.fence.Fence(t.Txn); err != nil {
-		t.Txn.Discard()
-		return fmt.Errorf("fence: %w", err)
+	if err := e.fence.Fence(tx); err != nil {
+		tx.Discard()
+		return nil, fmt.Errorf("fence: %w", err)
 	}
-	return t.Txn.Commit(ctx)
+	return tx, nil
 }
 
 // Leading reports whether the store takes writes.
