@@ -15,7 +15,10 @@ import (
 type storage struct {
 	eng        engine.Engine
 	collectors []prometheus.Collector
-	close      func() error
+	// shared is set for an engine other sett members may use too (TiKV):
+	// the member then takes part in an election.
+	shared bool
+	close  func() error
 }
 
 // openStorage opens the engine --engine names: Badger in dir, or TiKV

@@ -18,6 +18,7 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/urfave/cli/v2"
 
+	"github.com/settdb/sett/cluster"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -174,7 +175,9 @@ func runServe(c *cli.Context) error {
 	}
 	db := st.eng
 	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: ringBytes})
-	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub})
+	// On a shared engine (TiKV) this member is one of several: it leads
+	// only once elected, and follows meanwhile.
+	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub, Clustered: st.shared})
 	if err != nil {
 		st.close()
 		return err
@@ -189,10 +192,28 @@ func runServe(c *cli.Context) error {
 	if ignored := ignoredSet(c); len(ignored) > 0 {
 		log.Info("etcd flags not applicable to a single-node sett, ignored", "flags", ignored)
 	}
-	srv := server.New(server.Config{
+	memberID := server.MemberID(c.String("name"))
+	lessor := ttl.New(store, ttl.Options{Logger: log, Member: memberID, Follower: st.shared})
+	advertise := splitURLs(c.String("advertise-client-urls"))
+	var election *cluster.Election
+	if st.shared {
+		urls := advertise
+		if len(urls) == 0 {
+			urls = splitURLs(c.String("listen-client-urls"))
+		}
+		election = cluster.New(db, cluster.Options{ID: memberID, Name: c.String("name"), ClientURLs: urls,
+			Lease: c.Duration("election-lease"), Logger: log}, store, lessor)
+	}
+	collectors := st.collectors
+	var snapMetrics snapshotMetrics
+	if c.String("snapshot-schedule-cron") != "" {
+		snapMetrics = newSnapshotMetrics()
+		collectors = append(collectors, snapMetrics.collectors()...)
+	}
+	cfg := server.Config{
 		Name:                c.String("name"),
 		ListenClientURLs:    splitURLs(c.String("listen-client-urls")),
-		AdvertiseClientURLs: splitURLs(c.String("advertise-client-urls")),
+		AdvertiseClientURLs: advertise,
 		ListenMetricsURLs:   splitURLs(c.String("listen-metrics-urls")),
 		TLS: server.TLSFiles{
 			CertFile:       c.String("cert-file"),
@@ -207,21 +228,20 @@ func runServe(c *cli.Context) error {
 		MaxRequestBytes:   c.Int("max-request-bytes"),
 		MaxTxnOps:         c.Int("max-txn-ops"),
 		Logger:            log,
-		Collectors:        st.collectors,
+		Collectors:        collectors,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
-	}, store, hub, ttl.New(store, ttl.Options{Logger: log, Member: server.MemberID(c.String("name"))}), db)
+	}
+	if election != nil {
+		cfg.Cluster, cfg.ClusterToken = election, c.String("initial-cluster-token")
+	}
+	srv := server.New(cfg, store, hub, lessor, db)
 	waitSnapshots := func() {}
 	if spec := c.String("snapshot-schedule-cron"); spec != "" {
 		sn := &snapshotter{
 			store: store, eng: db, dir: snapshotDir(c, dir), name: c.String("snapshot-name"),
 			format: c.String("snapshot-format"), compress: c.Bool("snapshot-compress"),
-			retention: c.Int("snapshot-retention"), log: log, metrics: newSnapshotMetrics(),
-		}
-		if err := srv.Register(sn.metrics.collectors()...); err != nil {
-			store.Close()
-			db.Close()
-			return err
+			retention: c.Int("snapshot-retention"), log: log, metrics: snapMetrics,
 		}
 		if waitSnapshots, err = sn.schedule(ctx, spec); err != nil {
 			store.Close()
@@ -230,8 +250,27 @@ func runServe(c *cli.Context) error {
 		}
 	}
 	if err = srv.Listen(); err == nil {
-		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev())
+		// Followers forward to the leader's advertised URLs, so a member
+		// joins the election only once it listens on its own.
+		elected := make(chan struct{})
+		if election != nil {
+			go func() { election.Run(ctx); close(elected) }()
+		} else {
+			close(elected)
+		}
+		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev(), "engine", c.String("engine"))
 		err = srv.Serve(ctx)
+		stop()
+		<-elected
+		if election != nil {
+			// Hand the lease back at once rather than make the others
+			// wait for it to run out.
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if rerr := election.Resign(rctx); rerr != nil {
+				log.Warn("resigning from the election", "error", rerr)
+			}
+			cancel()
+		}
 	}
 	stop()
 	waitSnapshots() // a snapshot being written needs the store

@@ -86,7 +86,9 @@ func (s *Store) AutoCompact(ctx context.Context, p AutoCompaction) {
 					target = samples[0].rev
 				}
 			}
-			if target <= s.CompactRev() || target <= 0 {
+			if target <= s.CompactRev() || target <= 0 || !s.Leading() {
+				// Only the leader compacts (a clustered follower samples
+				// the revision all the same, should it be elected).
 				continue
 			}
 			_, err := s.Compact(ctx, &pb.CompactionRequest{Revision: target})

@@ -83,6 +83,15 @@ func (c *cleaner) wake() {
 	}
 }
 
+// restart resumes cleanup from cleaned, as the engine records it, on a
+// store that has just been elected.
+func (c *cleaner) restart(cleaned int64) {
+	c.mu.Lock()
+	c.cleaned = cleaned
+	c.mu.Unlock()
+	c.wake()
+}
+
 func (c *cleaner) stop() {
 	close(c.quit)
 	<-c.stopped
@@ -128,7 +137,11 @@ func (c *cleaner) run() {
 			select {
 			case <-c.quit:
 			default:
-				c.s.log.Error("compaction cleanup failed", "revision", target, "error", err)
+				// A follower leaves cleanup to the leader; it resumes here
+				// if this member is elected (see restart).
+				if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotCommitted) {
+					c.s.log.Error("compaction cleanup failed", "revision", target, "error", err)
+				}
 			}
 			continue
 		}

@@ -84,6 +84,16 @@ func newLiveCounts(rev int64) *liveCounts {
 	return &liveCounts{rev: rev, ranges: make(map[countKey]*liveCount)}
 }
 
+// reset forgets every count and starts over at rev: counts are kept
+// live only by the commits of this store, so when another member may
+// write (this one stopped leading, or starts to) they are dropped.
+func (c *liveCounts) reset(rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rev = rev
+	clear(c.ranges)
+}
+
 // get returns the count of [start, end) at rev, if it is known.
 func (c *liveCounts) get(start, end []byte, rev int64) (int64, bool) {
 	c.mu.Lock()

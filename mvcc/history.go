@@ -33,6 +33,11 @@ func (s *Store) EventsWithin(ctx context.Context, from int64, limit, maxBytes in
 		return nil, 0, err
 	}
 	defer done()
+	return v.events(ctx, from, limit, maxBytes)
+}
+
+// events is EventsWithin on a view.
+func (v *view) events(ctx context.Context, from int64, limit, maxBytes int) ([]Event, int64, error) {
 	if from < v.compact {
 		return nil, 0, ErrCompacted
 	}

@@ -82,6 +82,13 @@ func (t *leaseTable) set(id, ttl int64, ok bool) {
 	}
 }
 
+// replace takes the contents of o, a table loaded afresh.
+func (t *leaseTable) replace(o *leaseTable) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ttl, t.keys = o.ttl, o.keys
+}
+
 // load rebuilds the table from the lease records and the index keys, and
 // counts the keys that exist.
 func (t *leaseTable) load(r engine.Reader) (int64, error) {

@@ -52,31 +52,64 @@ func (s *Store) submit(ctx context.Context, apply func(*writer) (any, error)) (a
 // revision, hands the events to the listener and acknowledges the
 // callers. Concurrent writers therefore share one fsync, and no compare
 // can race with another write.
+//
+// A clustered store's sequencer also switches the store between leading
+// and following (controls) and, while it follows, delivers what other
+// members commit (follow).
 func (s *Store) sequence() {
 	defer close(s.done)
+	var poll <-chan time.Time
+	if s.opts.Clustered {
+		t := time.NewTicker(s.opts.FollowInterval)
+		defer t.Stop()
+		poll = t.C
+	}
 	batch := make([]*request, 0, s.opts.MaxBatch)
-	for req := range s.queue {
-		if s.broken != nil {
-			req.done <- result{err: s.broken}
-			continue
-		}
-		batch = append(batch[:0], req)
-	fill:
-		for len(batch) < s.opts.MaxBatch {
-			select {
-			case r, ok := <-s.queue:
-				if !ok {
-					break fill
+	var warned time.Time // the last failure to follow that was logged
+	for {
+		select {
+		case req, ok := <-s.queue:
+			if !ok {
+				return
+			}
+			batch = s.take(append(batch[:0], req))
+		case f := <-s.controls:
+			f()
+		case <-poll:
+			if s.term.Load() == nil {
+				// A failure is retried at the next poll; an engine that
+				// is down is logged once a second, not at every poll.
+				if err := s.follow(context.Background()); err != nil && time.Since(warned) > time.Second {
+					s.log.Warn("following the engine failed", "error", err)
+					warned = time.Now()
 				}
-				batch = append(batch, r)
-			default:
-				break fill
 			}
 		}
-		for len(batch) > 0 {
-			batch = batch[s.commit(batch):]
+	}
+}
+
+// take fills batch with what is queued and commits it.
+func (s *Store) take(batch []*request) []*request {
+	if s.broken != nil {
+		failAll(batch, s.broken)
+		return batch
+	}
+fill:
+	for len(batch) < s.opts.MaxBatch {
+		select {
+		case r, ok := <-s.queue:
+			if !ok {
+				break fill
+			}
+			batch = append(batch, r)
+		default:
+			break fill
 		}
 	}
+	for rest := batch; len(rest) > 0; {
+		rest = rest[s.commit(rest):]
+	}
+	return batch
 }
 
 // commit applies a prefix of batch in one engine transaction, commits
@@ -85,7 +118,11 @@ func (s *Store) commit(batch []*request) int {
 	if len(batch) == 0 {
 		return 0
 	}
-	etx, err := s.eng.Begin()
+	t := s.term.Load()
+	if t == nil {
+		return failAll(batch, ErrNotLeader)
+	}
+	etx, err := t.eng.Begin()
 	if err != nil {
 		return failAll(batch, err)
 	}
@@ -153,9 +190,10 @@ func (s *Store) commit(batch []*request) int {
 	}
 	start := time.Now()
 	if err := etx.Commit(context.Background()); err != nil {
-		abort()
-		s.log.Error("commit failed", "error", err, "requests", len(batch))
-		return failAll(batch, err)
+		if err := s.commitFailed(t, err, rev, applied, len(batch)); err != nil {
+			abort()
+			return failAll(batch, err)
+		}
 	}
 	if o := s.observer.Load(); o != nil {
 		(*o).Committed(len(batch), time.Since(start))
@@ -165,6 +203,47 @@ func (s *Store) commit(batch []*request) int {
 		req.done <- results[i]
 	}
 	return len(batch)
+}
+
+// commitFailed decides what a failed commit of a batch that would have
+// moved the state to (rev, applied) means: nil if it landed after all
+// (its outcome was unknown and reading it back shows it), else the error
+// its requests fail with. A commit that lost its fence, or whose outcome
+// cannot be learned, makes the store step down.
+func (s *Store) commitFailed(t *term, err error, rev int64, applied uint64, requests int) error {
+	switch {
+	case errors.Is(err, engine.ErrUndetermined):
+		landed, rerr := s.resolve(t, s.rev.Load(), s.applied.Load(), rev, applied)
+		switch {
+		case rerr != nil:
+			s.log.Error("commit outcome unknown and could not be read back; stepping down",
+				"error", rerr, "revision", rev, "requests", requests)
+			s.depose(t, "commit outcome unknown")
+			return fmt.Errorf("%w: %w", ErrUnknownOutcome, rerr)
+		case landed:
+			s.log.Warn("commit outcome was unknown; it landed", "revision", rev, "requests", requests)
+			return nil
+		}
+		s.log.Warn("commit outcome was unknown; it did not land", "revision", rev, "requests", requests)
+		return ErrNotCommitted
+	case errors.Is(err, engine.ErrConflict) && t.fence != nil:
+		// Only the fence can conflict: the leader is the only writer of
+		// everything else a batch reads.
+		s.log.Warn("commit fenced off: another member was elected", "revision", rev, "requests", requests)
+		s.depose(t, "fenced off")
+		return fmt.Errorf("%w: %w", ErrNotCommitted, err)
+	}
+	s.log.Error("commit failed", "error", err, "requests", requests)
+	return err
+}
+
+// depose steps down after a commit showed that the term is over, or may
+// be, and tells the fencer so that the member steps down too.
+func (s *Store) depose(t *term, why string) {
+	s.stepDown(why)
+	if t.fence != nil {
+		t.fence.Deposed()
+	}
 }
 
 // committed is the events of one revision, for the listener.
@@ -177,6 +256,7 @@ type committed struct {
 // the events to the listener, then the requests' hooks.
 func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify []committed, hooks []func()) {
 	s.live.apply(notify, rev)
+	s.delivered = rev
 	s.rev.Store(rev)
 	s.compact.Store(compact)
 	s.applied.Store(applied)
@@ -194,8 +274,13 @@ func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify [
 // commitLarge applies one request too large for an engine transaction
 // across several (see spillTxn) and answers it.
 func (s *Store) commitLarge(req *request) {
+	t := s.term.Load()
+	if t == nil {
+		req.done <- result{err: ErrNotLeader}
+		return
+	}
 	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
-	tx, err := newSpillTxn(s.eng, rev+1)
+	tx, err := newSpillTxn(t.eng, rev+1)
 	if err != nil {
 		req.done <- result{err: err}
 		return
@@ -212,12 +297,21 @@ func (s *Store) commitLarge(req *request) {
 		}
 		err = tx.finish(stateRecord(rev, applied))
 	}
+	if errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrConflict) && t.fence != nil {
+		err = s.commitFailed(t, err, rev, applied, 1)
+	}
 	if err != nil {
 		tx.Discard()
 		for i := len(undos) - 1; i >= 0; i-- {
 			undos[i]()
 		}
-		if uerr := undoRevision(s.eng, s.rev.Load()+1); uerr != nil {
+		if s.term.Load() == nil {
+			// Deposed midway: the next leader takes the partial writes
+			// back (see Lead), and this member may not write.
+			req.done <- result{err: err}
+			return
+		}
+		if uerr := undoRevision(t.eng, s.rev.Load()+1); uerr != nil {
 			// The partial writes stay until the store is opened again;
 			// writing on would mix them into the next revision.
 			s.broken = fmt.Errorf("a failed request could not be taken back: %w", uerr)

@@ -24,6 +24,13 @@ type Options struct {
 	// MaxBatch bounds how many queued write requests one engine commit
 	// takes. Zero means 1024.
 	MaxBatch int
+	// Clustered opens the store on an engine other members share (see
+	// role.go): it starts as a follower and takes writes only after
+	// Lead, and every read takes its revision from the engine.
+	Clustered bool
+	// FollowInterval is how often a following store looks for revisions
+	// other members committed. Zero means 10ms.
+	FollowInterval time.Duration
 }
 
 // Store is the MVCC key space. Reads run concurrently on engine
@@ -42,10 +49,18 @@ type Store struct {
 
 	observer atomic.Pointer[Observer]
 
-	mu     sync.RWMutex // guards closed against sends on queue
-	closed bool
-	queue  chan *request
-	done   chan struct{}
+	mu       sync.RWMutex // guards closed against sends on queue
+	closed   bool
+	queue    chan *request
+	controls chan func() // run on the sequencer, between batches
+	done     chan struct{}
+
+	// term is the leadership the store writes under, nil while it
+	// follows; only the sequencer changes it.
+	term atomic.Pointer[term]
+	// delivered is the newest revision handed to the listener. Only the
+	// sequencer uses it.
+	delivered int64
 
 	// broken, once set, fails every write: see commitLarge. Only the
 	// sequencer uses it.
@@ -66,58 +81,46 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
 	}
+	if opts.FollowInterval <= 0 {
+		opts.FollowInterval = 10 * time.Millisecond
+	}
 	s := &Store{
-		eng:    eng,
-		opts:   opts,
-		log:    opts.Logger,
-		queue:  make(chan *request, opts.MaxBatch),
-		done:   make(chan struct{}),
-		leases: newLeaseTable(),
-		counts: newCountCache(),
+		eng:      eng,
+		opts:     opts,
+		log:      opts.Logger,
+		queue:    make(chan *request, opts.MaxBatch),
+		controls: make(chan func()),
+		done:     make(chan struct{}),
+		leases:   newLeaseTable(),
+		counts:   newCountCache(),
+		live:     newLiveCounts(0),
 	}
-	if err := upgradeLayout(context.Background(), eng); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if !opts.Clustered {
+		// A store alone on its engine leads for good, unfenced. A
+		// clustered one writes nothing before it is elected.
+		s.term.Store(&term{eng: eng})
+		if err := upgradeLayout(context.Background(), eng); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		if err := s.recoverWith(eng); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
 	}
-	if err := s.recover(); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	snap, err := eng.Snapshot()
+	cleaned, err := s.reload()
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	defer snap.Close()
-	// A new store is at revision 1 with nothing compacted (-1), as etcd.
-	rev, applied, compact, cleaned := int64(1), uint64(0), int64(-1), int64(-1)
-	if b, err := snap.Get(metaState); err == nil && len(b) == 16 {
-		rev, applied = int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:])
-	} else if !errors.Is(err, engine.ErrNotFound) && err != nil {
-		return nil, fmt.Errorf("read state: %w", err)
-	}
-	if compact, err = readInt(snap, metaCompact, compact); err != nil {
-		return nil, err
-	}
-	if cleaned, err = readInt(snap, metaCleaned, cleaned); err != nil {
-		return nil, err
-	}
-	keys, err := s.leases.load(snap)
-	if err != nil {
-		return nil, fmt.Errorf("load leases: %w", err)
-	}
-	s.keys.Store(keys)
-	s.live = newLiveCounts(rev)
-	s.rev.Store(rev)
-	s.applied.Store(applied)
-	s.compact.Store(compact)
+	s.delivered = s.rev.Load()
 	s.cleaner = newCleaner(s, cleaned)
 	go s.sequence()
 	go s.cleaner.run()
-	s.log.Info("store opened", "revision", rev, "compact_revision", compact)
+	s.log.Info("store opened", "revision", s.rev.Load(), "compact_revision", s.compact.Load(), "leading", s.Leading())
 	return s, nil
 }
 
-// recover takes back a large request that was being written when the
-// store last stopped (see spillTxn).
-func (s *Store) recover() error {
+// recoverWith takes back, writing through eng, a large request that was
+// being written when its store stopped (see spillTxn).
+func (s *Store) recoverWith(eng engine.Engine) error {
 	snap, err := s.eng.Snapshot()
 	if err != nil {
 		return err
@@ -127,8 +130,8 @@ func (s *Store) recover() error {
 	if err != nil || rev == 0 {
 		return err
 	}
-	s.log.Warn("taking back a request that did not finish before the store stopped", "revision", rev)
-	return undoRevision(s.eng, rev)
+	s.log.Warn("taking back a request that did not finish before its store stopped", "revision", rev)
+	return undoRevision(eng, rev)
 }
 
 func readInt(r engine.Reader, key []byte, def int64) (int64, error) {
@@ -201,13 +204,27 @@ func (s *Store) Close() error {
 // invisible because every read is made as of a revision. The compact
 // revision is loaded after, so a compaction whose cleanup the snapshot
 // might already reflect is always seen, and reads below it fail.
+//
+// A clustered store reads both from the snapshot's state records instead:
+// another member may have committed past what this one knows, and the
+// engine's snapshot, taken after any acknowledged commit, holds it. That
+// is what makes a read on any member linearizable.
 func (s *Store) snapshotView() (*view, func(), error) {
 	rev := s.rev.Load()
 	snap, err := s.eng.Snapshot()
 	if err != nil {
 		return nil, nil, err
 	}
-	return &view{r: snap, rev: rev, compact: s.compact.Load(), counts: s.counts, live: s.live}, snap.Close, nil
+	compact := s.compact.Load()
+	if s.opts.Clustered {
+		st, err := readHead(snap)
+		if err != nil {
+			snap.Close()
+			return nil, nil, err
+		}
+		rev, compact = st.rev, st.compact
+	}
+	return &view{r: snap, rev: rev, compact: compact, counts: s.counts, live: s.live}, snap.Close, nil
 }
 
 // Range reads keys as etcd's Range does.

@@ -11,8 +11,19 @@ type clusterServer struct {
 	s *Server
 }
 
-// MemberList answers with this one member, as a single-node etcd does.
+// MemberList answers with this one member, as a single-node etcd does,
+// or with the live members of a cluster.
 func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if c.s.cluster != nil {
+		members, err := c.s.cluster.Members(ctx)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{}, Members: members}
+		c.s.fill(resp.Header)
+		resp.Header.Revision = 0
+		return resp, nil
+	}
 	resp := &pb.MemberListResponse{
 		Header: &pb.ResponseHeader{},
 		Members: []*pb.Member{{

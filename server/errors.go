@@ -42,6 +42,11 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseTTLTooLarge
 	case errors.Is(err, mvcc.ErrClosed):
 		return rpctypes.ErrGRPCStopped
+	case errors.Is(err, mvcc.ErrNotLeader), errors.Is(err, mvcc.ErrNotCommitted):
+		// Certainly not applied: leadership moved under the request.
+		return rpctypes.ErrGRPCLeaderChanged
+	case errors.Is(err, mvcc.ErrUnknownOutcome):
+		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
 	}
 	return status.Error(codes.Unknown, err.Error())
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -56,8 +57,19 @@ func (s *Server) checkRead(ctx context.Context) error {
 	return err
 }
 
-// checkWrite commits through the sequencer: the engine still takes writes.
+// errNoLeader is why a member without a leader is not healthy.
+var errNoLeader = errors.New("no leader")
+
+// checkWrite commits through the sequencer: the engine still takes
+// writes. A follower's writes go to the leader, so it only checks there
+// is one.
 func (s *Server) checkWrite(ctx context.Context) error {
+	if !s.election.IsLeader() {
+		if s.election.Leader() == 0 {
+			return errNoLeader
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	return s.store.Ping(ctx)
@@ -75,6 +87,10 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := health{Health: "true"}
+	if s.election.Leader() == 0 {
+		// etcd's answer while it has no leader.
+		h = health{Health: "false", Reason: "RAFT NO LEADER"}
+	}
 	excluded := querySet(r, "exclude")
 	for _, a := range s.alarmNames() {
 		if !excluded[a] {

@@ -20,6 +20,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if err := l.s.admit(r); err != nil {
 		return nil, err
 	}
+	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(l.s, err, func() (*pb.LeaseGrantResponse, error) { return pb.NewLeaseClient(conn).LeaseGrant(fctx, r) })
+	}
 	id, granted, err := l.s.lessor.Grant(ctx, r.ID, r.TTL)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -31,6 +34,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 }
 
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(l.s, err, func() (*pb.LeaseRevokeResponse, error) { return pb.NewLeaseClient(conn).LeaseRevoke(fctx, r) })
+	}
 	rev, err := l.s.lessor.Revoke(ctx, r.ID)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -44,6 +50,11 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 // for a lease that does not exist, as etcd does. The stream ends when the
 // client goes or the server stops.
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	if conn, fctx, err := l.s.toLeader(stream.Context()); err != nil {
+		return err
+	} else if conn != nil {
+		return l.s.forwardKeepAlive(fctx, conn, stream)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- l.keepAlive(stream) }()
 	select {
@@ -79,6 +90,10 @@ func (l *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 
 // LeaseTimeToLive answers TTL -1 for a lease that does not exist.
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	// Only the leader keeps the leases' time.
+	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(l.s, err, func() (*pb.LeaseTimeToLiveResponse, error) { return pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r) })
+	}
 	granted, remaining, keys, err := l.s.lessor.TimeToLive(r.ID, r.Keys)
 	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: remaining, GrantedTTL: granted, Keys: keys}
 	if errors.Is(err, mvcc.ErrLeaseNotFound) {
@@ -91,6 +106,10 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 }
 
 func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	// A follower's lease table may be stale: the leader's is not.
+	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(l.s, err, func() (*pb.LeaseLeasesResponse, error) { return pb.NewLeaseClient(conn).LeaseLeases(fctx, r) })
+	}
 	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{}}
 	for _, id := range l.s.lessor.IDs() {
 		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -51,7 +52,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		DbSizeInUse:      size,
 		Leader:           m.s.election.Leader(),
 		RaftIndex:        idx,
-		RaftTerm:         raftTerm,
+		RaftTerm:         m.s.raftTerm(),
 		RaftAppliedIndex: idx,
 		StorageVersion:   storageVersion,
 		DbSizeQuota:      m.s.cfg.QuotaBackendBytes,
@@ -235,15 +236,29 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	return resp, nil
 }
 
-// MoveLeader answers as a single-member etcd does: moving leadership to
-// itself, the leader, succeeds and changes nothing (with no header, as
-// etcd's); any other target is not a member.
+// MoveLeader answers as etcd does: only the leader moves leadership, to
+// a member (itself: nothing changes), and answers with no header once
+// the target leads. A single member is the only member there is.
 func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
 	if !m.s.election.IsLeader() {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
-	if r.TargetID != m.s.memberID {
+	if r.TargetID == m.s.memberID {
+		return &pb.MoveLeaderResponse{}, nil
+	}
+	if m.s.cluster == nil {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	members, err := m.s.cluster.Members(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if !slices.ContainsFunc(members, func(mb *pb.Member) bool { return mb.ID == r.TargetID }) {
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	if err := m.s.cluster.MoveLeader(ctx, r.TargetID); err != nil {
+		m.s.log.Warn("moving leadership failed", "target", fmt.Sprintf("%x", r.TargetID), "error", err)
+		return nil, rpctypes.ErrGRPCTimeoutDueToLeaderFail
 	}
 	return &pb.MoveLeaderResponse{}, nil
 }

@@ -73,8 +73,8 @@ func newMetrics(s *Server) *metrics {
 		m.started, m.handled, m.handling, m.msgReceived, m.msgSent, m.bytesReceived, m.bytesSent,
 		m.commitDuration, m.batchSize, m.watchers, m.watchLag, m.watchSendingBytes, m.watchSendingStreams, m.watchResponseBytes, m.leasesGranted,
 		m.healthSuccess, m.healthFailures,
-		gauge("etcd_server_has_leader", "1 while the member knows a leader (always, for sett), else 0.", func() float64 { return boolf(s.election.Leader() != 0) }),
-		gauge("etcd_server_is_leader", "1 while this member leads (always, for sett), else 0.", func() float64 { return boolf(s.election.IsLeader()) }),
+		gauge("etcd_server_has_leader", "1 while the member knows a leader, else 0.", func() float64 { return boolf(s.election.Leader() != 0) }),
+		gauge("etcd_server_is_leader", "1 while this member leads, else 0.", func() float64 { return boolf(s.election.IsLeader()) }),
 		gauge("etcd_mvcc_db_total_size_in_bytes", "Bytes the data directory occupies on disk.", size),
 		gauge("etcd_mvcc_db_total_size_in_use_in_bytes", "Bytes of the data directory in use; sett cannot tell free pages apart, so the same as the total.", size),
 		gauge("etcd_server_quota_backend_bytes", "The --quota-backend-bytes setting.", func() float64 { return float64(s.cfg.QuotaBackendBytes) }),
@@ -87,7 +87,12 @@ func newMetrics(s *Server) *metrics {
 		counter("etcd_server_proposals_applied_total", "Write requests applied (sett's stand-in for applied raft proposals).", applied),
 		gauge("etcd_server_proposals_pending", "Raft proposals waiting to commit: always 0, sett has no raft.", func() float64 { return 0 }),
 		counter("etcd_server_proposals_failed_total", "Failed raft proposals: always 0, sett has no raft.", func() float64 { return 0 }),
-		counter("etcd_server_leader_changes_seen_total", "Leader changes seen: always 0, the one member leads from the start.", func() float64 { return 0 }),
+		counter("etcd_server_leader_changes_seen_total", "Leader changes seen: always 0 for a single member, which leads from the start.", func() float64 {
+			if s.cluster != nil {
+				return float64(s.cluster.LeaderChanges())
+			}
+			return 0
+		}),
 		gauge("etcd_debugging_lease_total", "Leases that exist now.", func() float64 { return float64(len(s.store.Leases())) }),
 	)
 	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Always 1; the label names the etcd API version served."}, []string{"server_version"})
@@ -183,15 +188,4 @@ func (b byteCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
 	case *stats.OutPayload:
 		b.m.bytesSent.Add(float64(p.WireLength))
 	}
-}
-
-// Register adds collectors of the process around the server (scheduled
-// snapshots, say) to the registry /metrics serves.
-func (s *Server) Register(cs ...prometheus.Collector) error {
-	for _, c := range cs {
-		if err := s.metrics.registry.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -77,6 +77,12 @@ type Config struct {
 	// Collectors are more metrics to serve on /metrics, such as the
 	// storage engine's own.
 	Collectors []prometheus.Collector
+	// Cluster, when set, is the election of a member that shares its
+	// engine with others (see Clustered); nil: this member leads alone.
+	Cluster Cluster
+	// ClusterToken names the cluster; members with the same token report
+	// the same cluster ID. Only used with Cluster; default "sett".
+	ClusterToken string
 }
 
 // Store is what the server needs of mvcc.
@@ -110,6 +116,8 @@ type Server struct {
 	store     Store
 	sizer     Sizer
 	election  Election
+	cluster   Cluster // nil unless clustered
+	fwd       *forwarder
 	memberID  uint64
 	clusterID uint64
 	log       *slog.Logger
@@ -174,6 +182,15 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	s.memberID = MemberID(cfg.Name)
 	s.clusterID = hash64("cluster", cfg.Name)
 	s.election = alwaysLeader{id: s.memberID}
+	if cfg.Cluster != nil {
+		if cfg.ClusterToken == "" {
+			cfg.ClusterToken = "sett"
+		}
+		s.cfg.ClusterToken = cfg.ClusterToken
+		s.clusterID = hash64("cluster-token", cfg.ClusterToken)
+		s.election, s.cluster = cfg.Cluster, cfg.Cluster
+		s.fwd = &forwarder{s: s}
+	}
 	s.alarm = newAlarmSet(s)
 	s.metrics = newMetrics(s)
 	if o, ok := store.(interface{ SetObserver(mvcc.Observer) }); ok {
@@ -222,10 +239,19 @@ func hash64(parts ...string) uint64 {
 func (s *Server) fill(h *pb.ResponseHeader) {
 	h.ClusterId = s.clusterID
 	h.MemberId = s.memberID
-	h.RaftTerm = raftTerm
+	h.RaftTerm = s.raftTerm()
 	if h.Revision == 0 {
 		h.Revision = s.store.Rev()
 	}
+}
+
+// raftTerm is what the server reports as etcd's raft term: the election
+// epoch when clustered.
+func (s *Server) raftTerm() uint64 {
+	if s.cluster != nil {
+		return s.cluster.Term()
+	}
+	return raftTerm
 }
 
 // admit applies etcd's quota and alarm checks, then its size check, to
@@ -369,6 +395,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		cancel()
 	}
 	s.closeListeners()
+	if s.fwd != nil {
+		s.fwd.close()
+	}
 	return err
 }
 

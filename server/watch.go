@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/mvcc"
@@ -32,17 +33,24 @@ type watchServer struct {
 // Watch serves one watch stream: many watchers, each with its own
 // goroutine pulling events from the hub, all sending on the one stream.
 func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
-	ctx, cancel := context.WithCancel(stream.Context())
+	requireLeader := ws.s.cluster != nil && requiresLeader(stream.Context())
+	if requireLeader && ws.s.election.Leader() == 0 {
+		return rpctypes.ErrGRPCNoLeader
+	}
+	ctx, cancel := context.WithCancelCause(stream.Context())
 	go func() {
 		select {
 		case <-ws.s.stopping:
-			cancel()
+			cancel(nil)
 		case <-ctx.Done():
 		}
 	}()
+	if requireLeader {
+		go ws.s.monitorLeader(ctx, cancel)
+	}
 	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher), kick: make(chan struct{}, 1)}
 	defer func() {
-		cancel()
+		cancel(nil)
 		st.wg.Wait()
 	}()
 	st.wg.Add(1)
@@ -65,7 +73,48 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		<-ctx.Done()
 	case <-ctx.Done():
 	}
+	if errors.Is(context.Cause(ctx), errNoLeader) {
+		return rpctypes.ErrGRPCNoLeader
+	}
 	return ws.endStatus()
+}
+
+// requiresLeader reports whether a client asked (clientv3's
+// WithRequireLeader) that its stream end when its member has no leader.
+func requiresLeader(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && slices.Contains(md.Get(rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)
+}
+
+// Leader checks for require-leader streams, as etcd's: a stream ends once
+// its member has seen no leader at noLeaderChecks checks in a row, so an
+// election that completes in time does not end it.
+const (
+	leaderCheckInterval = time.Second
+	noLeaderChecks      = 3
+)
+
+// monitorLeader cancels ctx with errNoLeader once this member has had no
+// leader for noLeaderChecks checks in a row.
+func (s *Server) monitorLeader(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(leaderCheckInterval)
+	defer t.Stop()
+	missed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.election.Leader() != 0 {
+			missed = 0
+			continue
+		}
+		if missed++; missed >= noLeaderChecks {
+			cancel(errNoLeader)
+			return
+		}
+	}
 }
 
 // serve handles the client's requests until it closes its side (nil) or

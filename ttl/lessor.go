@@ -42,7 +42,10 @@ type Options struct {
 	// Member is the member ID whose low bits lead every lease ID this
 	// lessor picks, as in etcd.
 	Member uint64
-	Logger *slog.Logger
+	// Follower starts the lessor idle, for a member that does not lead
+	// (see Lead): it expires nothing until it leads.
+	Follower bool
+	Logger   *slog.Logger
 }
 
 // Lessor tracks when each lease expires.
@@ -81,10 +84,41 @@ func New(store Store, opts Options) *Lessor {
 	}
 	now := time.Now()
 	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
-	for _, r := range store.Leases() {
-		l.add(r.ID, max(r.TTL, opts.MinTTL), now)
+	if !opts.Follower {
+		l.load(now)
 	}
 	return l
+}
+
+// load gives every lease the store holds its full TTL from now.
+func (l *Lessor) load(now time.Time) {
+	for _, r := range l.store.Leases() {
+		l.add(r.ID, max(r.TTL, l.opts.MinTTL), now)
+	}
+}
+
+// Lead starts keeping time for the leases the store holds, each from its
+// full TTL, as etcd's lessor does when its member is elected: the old
+// leader's timers are gone with it, so a lease may live up to one TTL
+// longer, never shorter. Call it after the store leads; f is not used,
+// since revocations write through the store, which fences them.
+func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
+	l.mu.Lock()
+	l.leases = make(map[int64]*lease)
+	l.queue = nil
+	l.load(time.Now())
+	l.mu.Unlock()
+	l.poke()
+	return nil
+}
+
+// Follow stops expiring leases and forgets their timers: the leader
+// keeps them now, and this member forwards lease calls to it.
+func (l *Lessor) Follow() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leases = make(map[int64]*lease)
+	l.queue = nil
 }
 
 func (l *Lessor) add(id, ttl int64, now time.Time) {

@@ -44,6 +44,13 @@ type Options struct {
 	// MappedLimit bounds the resident pages of Badger's memory-mapped
 	// data files (see trimMapped); zero leaves them to the kernel.
 	MappedLimit int64
+	// DetectConflicts makes a commit fail with engine.ErrConflict when a
+	// key it read was written by another transaction that committed after
+	// it began, as a distributed engine's optimistic transactions do.
+	// One sett never needs it (its sequencer is the only writer); several
+	// members sharing one engine do, so that a deposed leader's batch,
+	// which read the leader record before a new leader rewrote it, fails.
+	DetectConflicts bool
 }
 
 // DefaultMemTableSize is the memtable size when Options gives none.
@@ -72,7 +79,7 @@ var _ engine.Engine = (*DB)(nil)
 //
 // Every commit is fsynced: Badger v4 does not sync by default, and sett
 // acknowledges a write only once it is durable. Conflict detection is off
-// because mvcc's sequencer is the only writer of live keys; Badger's own
+// unless asked for (see Options.DetectConflicts) because mvcc's sequencer is the only writer of live keys; Badger's own
 // check would only cost memory and make background compaction deletes
 // abort foreground transactions.
 func Open(o Options) (*DB, error) {
@@ -83,7 +90,7 @@ func Open(o Options) (*DB, error) {
 	opts := bdg.DefaultOptions(o.Dir).
 		WithInMemory(o.InMemory).
 		WithSyncWrites(!o.InMemory).
-		WithDetectConflicts(false).
+		WithDetectConflicts(o.DetectConflicts).
 		WithNumVersionsToKeep(1).
 		// A small footprint: single-node Kubernetes keeps well under a few
 		// GiB, so small memtables, caches and value-log files suffice.
@@ -426,6 +433,8 @@ func mapErr(err error) error {
 		return engine.ErrTxnTooBig
 	case errors.Is(err, bdg.ErrDBClosed):
 		return engine.ErrClosed
+	case errors.Is(err, bdg.ErrConflict):
+		return engine.ErrConflict
 	}
 	return err
 }

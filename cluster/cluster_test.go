@@ -1,0 +1,391 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/ttl"
+	"github.com/settdb/sett/watch"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// openShared opens one Badger that every member of a test shares, with
+// conflict detection on, as a distributed engine has it.
+func openShared(t testing.TB) engine.Engine {
+	t.Helper()
+	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: quiet(), DetectConflicts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// node is one member without a server: a store, a hub, a lessor and an
+// election whose rounds the test drives by hand (tick).
+type node struct {
+	id     uint64
+	eng    *faultEngine
+	hub    *watch.Hub
+	store  *mvcc.Store
+	lessor *ttl.Lessor
+	el     *Election
+}
+
+const testLease = 200 * time.Millisecond
+
+func newNode(t testing.TB, shared engine.Engine, id uint64) *node {
+	t.Helper()
+	n := &node{id: id, eng: &faultEngine{Engine: shared}, hub: watch.NewHub(watch.Options{})}
+	var err error
+	n.store, err = mvcc.Open(n.eng, mvcc.Options{Logger: quiet(), Listener: n.hub, Clustered: true, FollowInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.store.Close() })
+	n.hub.Start(n.store)
+	n.lessor = ttl.New(n.store, ttl.Options{Logger: quiet(), Member: id, Follower: true})
+	n.el = New(shared, Options{ID: id, Name: "n", Lease: testLease, Margin: testLease / 4, Logger: quiet()}, n.store, n.lessor)
+	return n
+}
+
+func (n *node) tick(t testing.TB) { n.el.tick(context.Background()) }
+
+func put(ctx context.Context, s *mvcc.Store, k, v string) (int64, error) {
+	resp, err := s.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// waitExpired waits until the lease a leader took or renewed at start
+// may be taken over: lease plus margin, on this test's one clock.
+func waitExpired(start time.Time) {
+	time.Sleep(time.Until(start.Add(testLease + testLease/4 + 10*time.Millisecond)))
+}
+
+func TestOneLeader(t *testing.T) {
+	eng := openShared(t)
+	a, b, c := newNode(t, eng, 1), newNode(t, eng, 2), newNode(t, eng, 3)
+	a.tick(t)
+	b.tick(t)
+	c.tick(t)
+	if !a.el.IsLeader() || b.el.IsLeader() || c.el.IsLeader() {
+		t.Fatalf("leaders: %v %v %v, want only the first", a.el.IsLeader(), b.el.IsLeader(), c.el.IsLeader())
+	}
+	if b.el.Leader() != 1 || c.el.Leader() != 1 || a.el.Term() != 1 {
+		t.Fatalf("b sees %d, c sees %d, term %d", b.el.Leader(), c.el.Leader(), a.el.Term())
+	}
+	ctx := context.Background()
+	if _, err := put(ctx, b.store, "k", "v"); !errors.Is(err, mvcc.ErrNotLeader) {
+		t.Fatalf("put on a follower: %v, want ErrNotLeader", err)
+	}
+	rev, err := put(ctx, a.store, "k", "v")
+	if err != nil || rev != 2 {
+		t.Fatalf("put on the leader: rev %d, %v", rev, err)
+	}
+	// A follower reads what the leader committed at once.
+	resp, err := b.store.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+	if err != nil || len(resp.Kvs) != 1 || resp.Header.Revision != 2 {
+		t.Fatalf("follower read: %v, %v", resp, err)
+	}
+	members, err := c.el.Members(ctx)
+	if err != nil || len(members) != 3 {
+		t.Fatalf("members: %v, %v", members, err)
+	}
+}
+
+// TestFencedOff shows that a leader that lost the lease cannot commit,
+// whether its batch began before the new election committed or after.
+func TestFencedOff(t *testing.T) {
+	eng := openShared(t)
+	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+	ctx := context.Background()
+	elected := time.Now()
+	a.tick(t)
+	if !a.el.IsLeader() {
+		t.Fatal("a did not lead")
+	}
+	if _, err := put(ctx, a.store, "before", "1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// a's next batch reads the leader record and pauses before it
+	// commits; a renews no more. b takes the lease over meanwhile.
+	pause := make(chan chan struct{})
+	a.eng.mu.Lock()
+	a.eng.pause = pause
+	a.eng.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := put(ctx, a.store, "inflight", "1")
+		errc <- err
+	}()
+	resume := <-pause
+	a.eng.mu.Lock()
+	a.eng.pause = nil
+	a.eng.mu.Unlock()
+	waitExpired(elected)
+	b.tick(t)
+	if !b.el.IsLeader() || b.el.Term() != 2 {
+		t.Fatalf("b leads %v at term %d, want term 2", b.el.IsLeader(), b.el.Term())
+	}
+	close(resume)
+	if err := <-errc; !errors.Is(err, mvcc.ErrNotCommitted) {
+		t.Fatalf("deposed leader's in-flight put: %v, want ErrNotCommitted", err)
+	}
+	if a.store.Leading() {
+		t.Fatal("a's store still leads after a fenced-off commit")
+	}
+	a.tick(t)
+	if a.el.IsLeader() {
+		t.Fatal("a's election still leads")
+	}
+	rev, err := put(ctx, b.store, "after", "1")
+	if err != nil || rev != 3 {
+		t.Fatalf("new leader's put: rev %d, %v; want 3 (no gap, no reuse)", rev, err)
+	}
+	resp, err := b.store.Range(ctx, &pb.RangeRequest{Key: []byte("inflight")})
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the fenced-off write is visible: %v, %v", resp.Kvs, err)
+	}
+}
+
+// TestStaleLeader: a leader that stopped renewing and has not noticed
+// that another member was elected still cannot write.
+func TestStaleLeader(t *testing.T) {
+	eng := openShared(t)
+	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+	ctx := context.Background()
+	elected := time.Now()
+	a.tick(t)
+	waitExpired(elected)
+	b.tick(t)
+	if !b.el.IsLeader() || !a.store.Leading() {
+		t.Fatalf("want b elected while a's store still thinks it leads")
+	}
+	if _, err := put(ctx, a.store, "stale", "1"); !errors.Is(err, mvcc.ErrNotCommitted) {
+		t.Fatalf("stale leader's put: %v, want ErrNotCommitted", err)
+	}
+	a.tick(t)
+	if a.el.IsLeader() || a.store.Leading() {
+		t.Fatal("a did not step down")
+	}
+	if rev, err := put(ctx, b.store, "k", "1"); err != nil || rev != 2 {
+		t.Fatalf("new leader's put: rev %d, %v; want 2", rev, err)
+	}
+}
+
+// collect reads events from a watcher on every key from revision from
+// until it has seen revision upto, and returns the keys by revision.
+func collect(t testing.TB, h *watch.Hub, from, upto int64) map[int64]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w := h.Watch([]byte{0}, []byte{}, from, 0) // every key
+	got := make(map[int64]string)
+	for w.Cursor() <= upto {
+		events, _, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("watch from %d: %v (have %v)", from, err, got)
+		}
+		for _, e := range events {
+			if _, dup := got[e.KV.ModRevision]; dup {
+				t.Fatalf("revision %d delivered twice", e.KV.ModRevision)
+			}
+			got[e.KV.ModRevision] = string(e.KV.Key)
+		}
+	}
+	return got
+}
+
+// TestUnknownOutcome: a leader's commit returns ErrUndetermined; the
+// leader reads the state back and acknowledges the write if it landed,
+// fails it if it did not, and steps down if it cannot tell. Revisions
+// continue with no reuse of a landed one and no gap.
+func TestUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		faults []fault
+		landed bool
+		leads  bool
+	}{
+		{"landed", []fault{commitThenUnknown}, true, true},
+		{"not landed", []fault{dropThenUnknown}, false, true},
+		// The read-back's own commit fails too: the leader cannot tell
+		// and steps down; the next leader's state says it did not land.
+		// (One that landed is seen by the read-back, which then need not
+		// commit.)
+		{"unreadable", []fault{dropThenUnknown, dropThenUnknown}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := openShared(t)
+			a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+			a.tick(t)
+			if _, err := put(ctx, a.store, "k2", "v"); err != nil {
+				t.Fatal(err)
+			}
+			a.eng.inject(tc.faults...)
+			rev, err := put(ctx, a.store, "k3", "v")
+			switch {
+			case !tc.leads && !errors.Is(err, mvcc.ErrUnknownOutcome):
+				t.Fatalf("put: rev %d, %v; want ErrUnknownOutcome", rev, err)
+			case tc.leads && tc.landed && (err != nil || rev != 3):
+				t.Fatalf("put: rev %d, %v; want it acknowledged at 3", rev, err)
+			case tc.leads && !tc.landed && !errors.Is(err, mvcc.ErrNotCommitted):
+				t.Fatalf("put: rev %d, %v; want ErrNotCommitted", rev, err)
+			}
+			a.tick(t)
+			if a.el.IsLeader() != tc.leads || a.store.Leading() != tc.leads {
+				t.Fatalf("a leads: election %v, store %v; want %v", a.el.IsLeader(), a.store.Leading(), tc.leads)
+			}
+			leader := a
+			if !tc.leads {
+				// a's lease runs out unrenewed; b takes over.
+				waitExpired(time.Now())
+				b.tick(t)
+				if !b.el.IsLeader() {
+					t.Fatal("b did not take over")
+				}
+				leader = b
+			}
+			next := int64(3)
+			if tc.landed {
+				next = 4
+			}
+			rev, err = put(ctx, leader.store, "next", "v")
+			if err != nil || rev != next {
+				t.Fatalf("next put: rev %d, %v; want %d", rev, err, next)
+			}
+			want := map[int64]string{2: "k2", next: "next"}
+			if tc.landed {
+				want[3] = "k3"
+			}
+			// Both members' watchers see every revision once, in order.
+			for _, n := range []*node{a, b} {
+				got := collect(t, n.hub, 2, next)
+				if len(got) != len(want) {
+					t.Fatalf("member %d saw %v, want %v", n.id, got, want)
+				}
+				for r, k := range want {
+					if got[r] != k {
+						t.Fatalf("member %d saw %v, want %v", n.id, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// slowRole takes a while to start leading, as a store with much to
+// re-read does.
+type slowRole struct{ d time.Duration }
+
+func (r slowRole) Lead(context.Context, mvcc.Fencer) error { time.Sleep(r.d); return nil }
+func (r slowRole) Follow()                                 {}
+
+// TestSlowStart: a member whose roles take longer than a lease to start
+// keeps its lease meanwhile, so no other member takes over.
+func TestSlowStart(t *testing.T) {
+	eng := openShared(t)
+	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+	a.el.roles = append(a.el.roles, slowRole{3 * testLease})
+	started := make(chan struct{})
+	go func() {
+		a.tick(t)
+		close(started)
+	}()
+	for {
+		select {
+		case <-started:
+			if !a.el.IsLeader() || b.el.IsLeader() || a.el.Term() != 1 {
+				t.Fatalf("a leads %v, b leads %v, term %d; want a at term 1", a.el.IsLeader(), b.el.IsLeader(), a.el.Term())
+			}
+			return
+		case <-time.After(testLease / 4):
+			b.tick(t)
+		}
+	}
+}
+
+// TestDeposedMidLargeRequest: a leader is deposed while a request too
+// large for one engine transaction is half written. The new leader takes
+// the partial writes back before it writes; the old leader's next
+// transaction is fenced off, and the request fails.
+func TestDeposedMidLargeRequest(t *testing.T) {
+	eng := openShared(t)
+	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
+	ctx := context.Background()
+	elected := time.Now()
+	a.tick(t)
+	const n = 5000
+	for i := 0; i < n; i += 100 {
+		var ops []*pb.RequestOp
+		for j := i; j < i+100; j++ {
+			ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: fmt.Appendf(nil, "big/%05d", j), Value: []byte("v")}}})
+		}
+		if _, err := a.store.Txn(ctx, &pb.TxnRequest{Success: ops}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := a.store.Rev()
+
+	// The first of the delete's transactions commits, the second waits.
+	pause := make(chan chan struct{})
+	a.eng.mu.Lock()
+	a.eng.pause, a.eng.skip = pause, 1
+	a.eng.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.store.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("big/"), RangeEnd: []byte("big0")})
+		errc <- err
+	}()
+	var resume chan struct{}
+	select {
+	case resume = <-pause:
+	case err := <-errc:
+		t.Fatalf("the delete took one transaction (%v); it must take several", err)
+	}
+	a.eng.mu.Lock()
+	a.eng.pause = nil
+	a.eng.mu.Unlock()
+
+	waitExpired(elected)
+	b.tick(t)
+	if !b.el.IsLeader() {
+		t.Fatal("b did not take over")
+	}
+	count := func() (int64, int64) {
+		resp, err := b.store.Range(ctx, &pb.RangeRequest{Key: []byte("big/"), RangeEnd: []byte("big0"), CountOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count, resp.Header.Revision
+	}
+	if c, r := count(); c != n || r != rev {
+		t.Fatalf("after the new leader took over: %d keys at revision %d, want %d at %d", c, r, n, rev)
+	}
+	close(resume)
+	if err := <-errc; !errors.Is(err, mvcc.ErrNotCommitted) {
+		t.Fatalf("deposed leader's large delete: %v, want ErrNotCommitted", err)
+	}
+	if got, err := put(ctx, b.store, "next", "v"); err != nil || got != rev+1 {
+		t.Fatalf("new leader's put: rev %d, %v; want %d", got, err, rev+1)
+	}
+	if c, _ := count(); c != n {
+		t.Fatalf("%d keys after all, want %d", c, n)
+	}
+}

@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// The election keeps its records in the engine under the prefix 'c',
+// which mvcc does not use (see mvcc/key.go):
+//
+//	cleader             id, epoch            who was elected last
+//	clease              id, epoch, expiry,   how long that member leads,
+//	                    handoff target       renewed while it does
+//	cmember/ + BE(id)   JSON member record   client URLs and a heartbeat
+//
+// The leader record changes only when a member is elected, and every
+// commit of a leader checks it (see Term.Fence), so an election makes the
+// old leader's commits fail. Renewals rewrite only the lease record: were
+// they to rewrite the leader record, they would fail the leader's own
+// batches that were in flight, since to a transactional engine rewriting
+// a key with the same value is still a write.
+var (
+	leaderKey    = []byte("cleader")
+	leaseKey     = []byte("clease")
+	memberPrefix = []byte("cmember/")
+)
+
+var errBadRecord = errors.New("cluster: malformed record")
+
+// leader is the content of the leader record.
+type leader struct {
+	id, epoch uint64
+}
+
+func (l leader) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, l.id)
+	return binary.BigEndian.AppendUint64(b, l.epoch)
+}
+
+func decodeLeader(b []byte) (leader, error) {
+	if len(b) != 16 {
+		return leader{}, errBadRecord
+	}
+	return leader{id: binary.BigEndian.Uint64(b), epoch: binary.BigEndian.Uint64(b[8:])}, nil
+}
+
+// lease is the content of the lease record. Expiry is wall-clock time
+// on the leader's clock: other members trust it only with a margin for
+// drift (see Options.Margin). A zero expiry means the leader resigned;
+// a handoff target means it handed leadership to that member, which may
+// take it at once while the others wait for the expiry.
+type lease struct {
+	id, epoch uint64
+	expiry    time.Time
+	target    uint64
+}
+
+func (l lease) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, l.id)
+	b = binary.BigEndian.AppendUint64(b, l.epoch)
+	var exp int64
+	if !l.expiry.IsZero() {
+		exp = l.expiry.UnixNano()
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(exp))
+	return binary.BigEndian.AppendUint64(b, l.target)
+}
+
+func decodeLease(b []byte) (lease, error) {
+	if len(b) != 32 {
+		return lease{}, errBadRecord
+	}
+	l := lease{
+		id:     binary.BigEndian.Uint64(b),
+		epoch:  binary.BigEndian.Uint64(b[8:]),
+		target: binary.BigEndian.Uint64(b[24:]),
+	}
+	if exp := int64(binary.BigEndian.Uint64(b[16:])); exp != 0 {
+		l.expiry = time.Unix(0, exp)
+	}
+	return l, nil
+}
+
+// member is the content of a member record.
+type member struct {
+	Name       string   `json:"name"`
+	ClientURLs []string `json:"clientURLs"`
+	// Heartbeat is when the member last wrote the record, in Unix
+	// nanoseconds on its clock.
+	Heartbeat int64 `json:"heartbeat"`
+}
+
+func memberKey(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), memberPrefix...), id)
+}
+
+func (m member) encode() []byte {
+	b, _ := json.Marshal(m) // plain strings and numbers: cannot fail
+	return b
+}
+
+func decodeMember(b []byte) (member, error) {
+	var m member
+	if err := json.Unmarshal(b, &m); err != nil {
+		return member{}, errors.Join(errBadRecord, err)
+	}
+	return m, nil
+}
