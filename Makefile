@@ -34,12 +34,13 @@ test: bin/etcdctl
 test-sett: bin/etcdctl
 	SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
 
-# The TiKV build (-tags tikv): vet, the engine's own tests, and sett's
-# differential test against etcd and the testdata/scripts, served on
+# The TiKV build (-tags tikv): vet, the engine's own tests, the election
+# and failover tests (several members on one cluster), and sett's
+# differential test against etcd and the testdata/scripts, all on
 # client-go's in-process mock cluster.
 test-tikv:
 	$(GO) vet -tags tikv ./...
-	$(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv
+	$(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv ./cluster
 	$(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestScripts)$$' ./server
 
 # The process benchmark: bin/sett and a real etcd (bin/etcd) each run as

@@ -6,6 +6,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
+// singlePeerURL is the peer URL a single-node etcd reports by default.
+const singlePeerURL = "http://localhost:2380"
+
 type clusterServer struct {
 	pb.UnimplementedClusterServer
 	s *Server
@@ -19,6 +22,14 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 		if err != nil {
 			return nil, toGRPC(err)
 		}
+		for _, m := range members {
+			if len(m.PeerURLs) == 0 {
+				// Members talk through the engine, not to peers; etcd's
+				// tools expect a peer URL, so each shows the one a
+				// single sett shows.
+				m.PeerURLs = []string{singlePeerURL}
+			}
+		}
 		resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{}, Members: members}
 		c.s.fill(resp.Header)
 		resp.Header.Revision = 0
@@ -29,7 +40,7 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 		Members: []*pb.Member{{
 			ID:         c.s.memberID,
 			Name:       c.s.cfg.Name,
-			PeerURLs:   []string{"http://localhost:2380"},
+			PeerURLs:   []string{singlePeerURL},
 			ClientURLs: c.s.clientURLs(),
 		}},
 	}

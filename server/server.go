@@ -245,11 +245,12 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 	}
 }
 
-// raftTerm is what the server reports as etcd's raft term: the election
-// epoch when clustered.
+// raftTerm is what the server reports as etcd's raft term: when
+// clustered, the election epoch counted from where a fresh etcd's term
+// starts, so a cluster's first leader reports what a new etcd does.
 func (s *Server) raftTerm() uint64 {
 	if s.cluster != nil {
-		return s.cluster.Term()
+		return raftTerm - 1 + s.cluster.Term()
 	}
 	return raftTerm
 }

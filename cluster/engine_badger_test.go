@@ -1,0 +1,31 @@
+//go:build !tikv
+
+package cluster
+
+import (
+	"testing"
+
+	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/engine/badger"
+)
+
+// openShared opens one Badger that every member of a test shares, with
+// conflict detection on, as a distributed engine has it.
+func openShared(t testing.TB) engine.Engine {
+	t.Helper()
+	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: quiet(), DetectConflicts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// largeKeyPad lengthens the keys of the large request in
+// TestDeposedMidLargeRequest so it needs several engine transactions:
+// Badger holds a few thousand small changes per transaction.
+var largeKeyPad = ""
+
+// skipLarge is why TestDeposedMidLargeRequest would not run on this
+// engine; it runs on Badger.
+const skipLarge = ""
