@@ -18,6 +18,7 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/urfave/cli/v2"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/cluster"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
@@ -192,6 +193,18 @@ func runServe(c *cli.Context) error {
 	if ignored := ignoredSet(c); len(ignored) > 0 {
 		log.Info("etcd flags not applicable to a single-node sett, ignored", "flags", ignored)
 	}
+	tokens, err := auth.NewTokens(c.String("auth-token"), time.Duration(c.Int("auth-token-ttl"))*time.Second)
+	if err != nil {
+		store.Close()
+		st.close()
+		return fmt.Errorf("--auth-token: %w", err)
+	}
+	authStore, err := auth.Open(store, tokens, c.Int("bcrypt-cost"))
+	if err != nil {
+		store.Close()
+		st.close()
+		return err
+	}
 	memberID := server.MemberID(c.String("name"))
 	lessor := ttl.New(store, ttl.Options{Logger: log, Member: memberID, Follower: st.shared})
 	advertise := splitURLs(c.String("advertise-client-urls"))
@@ -229,6 +242,7 @@ func runServe(c *cli.Context) error {
 		MaxTxnOps:         c.Int("max-txn-ops"),
 		Logger:            log,
 		Collectors:        collectors,
+		Auth:              authStore,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
 	}

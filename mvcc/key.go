@@ -12,6 +12,7 @@ import (
 //	'k' keys:   'k' + esc(raw) + ^BE(rev)      one object per version
 //	'r' log:    'r' + BE(rev) + BE(sub)        one entry per change, value = raw key
 //	'm' meta:   'm' + name                     store-wide state
+//	'a' auth:   'a' + name                     users, roles, auth state (auth.go)
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
 // terminator 0x00 0x01. It keeps raw-key order for every byte string:

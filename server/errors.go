@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/ttl"
 )
@@ -48,5 +49,33 @@ func toGRPC(err error) error {
 	case errors.Is(err, mvcc.ErrUnknownOutcome):
 		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
 	}
+	for _, e := range authErrors {
+		if errors.Is(err, e.err) {
+			return e.grpc
+		}
+	}
 	return status.Error(codes.Unknown, err.Error())
+}
+
+// authErrors are the auth errors etcd sends as its own; any other (a
+// password given for a user without one, say) goes as Unknown with its
+// message, as etcd sends it.
+var authErrors = []struct{ err, grpc error }{
+	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
+	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
+	{auth.ErrUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
+	{auth.ErrUserEmpty, rpctypes.ErrGRPCUserEmpty},
+	{auth.ErrUserNotFound, rpctypes.ErrGRPCUserNotFound},
+	{auth.ErrRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
+	{auth.ErrRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
+	{auth.ErrRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
+	{auth.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
+	{auth.ErrPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
+	{auth.ErrRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
+	{auth.ErrPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
+	{auth.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
+	{auth.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken},
+	{auth.ErrInvalidAuthMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
+	{auth.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
 }

@@ -12,8 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
@@ -63,6 +65,17 @@ func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options
 		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
 	}
 	cfg.Logger = quietLogger()
+	if cfg.Auth == nil {
+		// bcrypt's least cost keeps tests that add users fast, as etcd's
+		// own tests do.
+		tokens, err := auth.NewTokens("simple", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Auth, err = auth.Open(store, tokens, bcrypt.MinCost); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
@@ -156,6 +169,7 @@ func startEtcd(t testing.TB) *clientv3.Client {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + peer
+	cfg.BcryptCost = uint(bcrypt.MinCost)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/settdb/sett/auth"
 )
 
 type kvServer struct {
@@ -19,9 +21,16 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := checkRange(r); err != nil {
 		return nil, err
 	}
-	resp, err := k.s.store.Range(ctx, r)
+	var resp *pb.RangeResponse
+	err := k.s.checkedRead(ctx, func(ai *auth.Info) error {
+		return k.s.auth.IsRangePermitted(ai, r.Key, r.RangeEnd)
+	}, func() error {
+		var err error
+		resp, err = k.s.store.Range(ctx, r)
+		return toGRPC(err)
+	})
 	if err != nil {
-		return nil, toGRPC(err)
+		return nil, err
 	}
 	k.s.fill(resp.Header)
 	return resp, nil
@@ -41,6 +50,12 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
 	}
 	ctx := stream.Context()
+	return k.s.checkedRead(ctx, func(ai *auth.Info) error {
+		return k.s.auth.IsRangePermitted(ai, r.Key, r.RangeEnd)
+	}, func() error { return k.rangeStream(ctx, r, stream) })
+}
+
+func (k *kvServer) rangeStream(ctx context.Context, r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
 	req := proto.Clone(r).(*pb.RangeRequest)
 	if req.CountOnly || len(req.RangeEnd) == 0 {
 		resp, err := k.s.store.Range(ctx, req)
@@ -73,6 +88,9 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := k.s.admit(r); err != nil {
 		return nil, err
 	}
+	if err := k.s.checkedWrite(ctx, func(ai *auth.Info) error { return k.s.checkPutAuth(ai, r) }); err != nil {
+		return nil, err
+	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
 		return forwarded(k.s, err, func() (*pb.PutResponse, error) { return pb.NewKVClient(conn).Put(fctx, r) })
 	}
@@ -89,6 +107,9 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 		return nil, err
 	}
 	if err := k.s.admit(r); err != nil {
+		return nil, err
+	}
+	if err := k.s.checkedWrite(ctx, func(ai *auth.Info) error { return k.s.checkDeleteAuth(ai, r) }); err != nil {
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
@@ -112,13 +133,28 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if _, _, err := checkOverlaps(r.Failure); err != nil {
 		return nil, err
 	}
-	if !txnReadOnly(r) {
-		if err := k.s.admit(r); err != nil {
+	check := func(ai *auth.Info) error { return k.s.checkTxnAuth(ai, r) }
+	if txnReadOnly(r) {
+		var resp *pb.TxnResponse
+		err := k.s.checkedRead(ctx, check, func() error {
+			var err error
+			resp, err = k.s.store.Txn(ctx, r)
+			return toGRPC(err)
+		})
+		if err != nil {
 			return nil, err
 		}
-		if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-			return forwarded(k.s, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
-		}
+		k.s.fill(resp.Header)
+		return resp, nil
+	}
+	if err := k.s.admit(r); err != nil {
+		return nil, err
+	}
+	if err := k.s.checkedWrite(ctx, check); err != nil {
+		return nil, err
+	}
+	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(k.s, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
 	}
 	resp, err := k.s.store.Txn(ctx, r)
 	if err != nil {
@@ -128,7 +164,11 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	return resp, nil
 }
 
+// Compact is an administrator's call: with auth on, only root may.
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	if err := k.s.requireAdmin(ctx); err != nil {
+		return nil, err
+	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
 		return forwarded(k.s, err, func() (*pb.CompactionResponse, error) { return pb.NewKVClient(conn).Compact(fctx, r) })
 	}

@@ -8,6 +8,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
 )
 
@@ -18,6 +19,9 @@ type leaseServer struct {
 
 func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if err := l.s.admit(r); err != nil {
+		return nil, err
+	}
+	if err := l.s.requireCaller(ctx); err != nil {
 		return nil, err
 	}
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
@@ -33,7 +37,15 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	return resp, nil
 }
 
+// LeaseRevoke needs write permission on every key the lease holds: the
+// revoke deletes them.
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	if err := l.s.requireCaller(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.s.checkedWrite(ctx, func(ai *auth.Info) error { return l.s.checkLeaseWrite(ai, r.ID) }); err != nil {
+		return nil, err
+	}
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
 		return forwarded(l.s, err, func() (*pb.LeaseRevokeResponse, error) { return pb.NewLeaseClient(conn).LeaseRevoke(fctx, r) })
 	}
@@ -76,6 +88,11 @@ func (l *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		if err != nil {
 			return err
 		}
+		// Renewing keeps the lease's keys alive: it needs what revoking
+		// them would.
+		if err := l.s.checkRenew(stream.Context(), req.ID); err != nil {
+			return err
+		}
 		resp := &pb.LeaseKeepAliveResponse{Header: &pb.ResponseHeader{}, ID: req.ID}
 		l.s.fill(resp.Header)
 		resp.TTL, err = l.s.lessor.KeepAlive(req.ID)
@@ -89,13 +106,28 @@ func (l *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 }
 
 // LeaseTimeToLive answers TTL -1 for a lease that does not exist.
-func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (resp *pb.LeaseTimeToLiveResponse, err error) {
+	if err := l.s.requireCaller(ctx); err != nil {
+		return nil, err
+	}
+	if r.Keys {
+		// The keys are shown only to whom may read them all.
+		rev := l.s.auth.Revision()
+		if err := l.s.checkedWrite(ctx, func(ai *auth.Info) error { return l.s.checkLeaseRead(ai, r.ID) }); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if l.s.auth.Enabled() && rev != l.s.auth.Revision() {
+				resp, err = nil, rpctypes.ErrGRPCAuthOldRevision
+			}
+		}()
+	}
 	// Only the leader keeps the leases' time.
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
 		return forwarded(l.s, err, func() (*pb.LeaseTimeToLiveResponse, error) { return pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r) })
 	}
 	granted, remaining, keys, err := l.s.lessor.TimeToLive(r.ID, r.Keys)
-	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: remaining, GrantedTTL: granted, Keys: keys}
+	resp = &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: remaining, GrantedTTL: granted, Keys: keys}
 	if errors.Is(err, mvcc.ErrLeaseNotFound) {
 		resp = &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: -1}
 	} else if err != nil {
@@ -110,10 +142,47 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest)
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
 		return forwarded(l.s, err, func() (*pb.LeaseLeasesResponse, error) { return pb.NewLeaseClient(conn).LeaseLeases(fctx, r) })
 	}
+	ids := l.s.lessor.IDs()
+	rev := l.s.auth.Revision()
+	// The list is shown only to whom may read every key of every lease.
+	if err := l.s.checkedWrite(ctx, func(ai *auth.Info) error {
+		if ai.Username == "" && l.s.auth.Enabled() {
+			return auth.ErrUserEmpty
+		}
+		return l.s.checkLeaseRead(ai, ids...)
+	}); err != nil {
+		return nil, err
+	}
+	if l.s.auth.Enabled() && rev != l.s.auth.Revision() {
+		return nil, rpctypes.ErrGRPCAuthOldRevision
+	}
 	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{}}
-	for _, id := range l.s.lessor.IDs() {
+	for _, id := range ids {
 		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
 	}
 	l.s.fill(resp.Header)
 	return resp, nil
+}
+
+// checkRenew is etcd's check on a keep-alive: with auth on, the caller
+// must be named, and unless root may write every key of the lease.
+func (s *Server) checkRenew(ctx context.Context, id int64) error {
+	if !s.auth.Enabled() {
+		return nil
+	}
+	rev := s.auth.Revision()
+	ai, err := s.caller(ctx)
+	if err != nil {
+		return toGRPC(err)
+	}
+	if ai == nil {
+		return rpctypes.ErrGRPCUserEmpty
+	}
+	if err := s.checkLeaseWrite(ai, id); err != nil {
+		return toGRPC(err)
+	}
+	if rev != s.auth.Revision() {
+		return rpctypes.ErrGRPCAuthOldRevision
+	}
+	return nil
 }

@@ -43,6 +43,9 @@ func unimplemented(what string) error {
 }
 
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := m.s.requireCaller(ctx); err != nil {
+		return nil, err
+	}
 	size := m.s.sizer.Size()
 	idx := m.s.store.AppliedIndex()
 	resp := &pb.StatusResponse{
@@ -71,6 +74,9 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 // only while the engine flushes its memtables). As etcd's, its response
 // carries no header.
 func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.requireAdmin(ctx); err != nil {
+		return nil, err
+	}
 	gc, ok := m.s.sizer.(collector)
 	if !ok {
 		return nil, unimplemented("defragment")
@@ -105,6 +111,9 @@ const snapshotChunk = 32 * 1024
 // send it: nothing is spooled to disk, which matters most when the disk
 // is full. Writes go on meanwhile.
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenance_SnapshotServer) error {
+	if err := m.s.requireAdmin(stream.Context()); err != nil {
+		return err
+	}
 	bs, ok := m.s.store.(backuper)
 	if !ok {
 		return unimplemented("snapshot")
@@ -173,6 +182,9 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 // Hash hashes the whole store; the header's revision is that of the
 // state hashed.
 func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	if err := m.s.requireAdmin(ctx); err != nil {
+		return nil, err
+	}
 	h, ok := m.s.store.(hasher)
 	if !ok {
 		return nil, unimplemented("hash")
@@ -188,6 +200,9 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 
 // HashKV hashes the key-value history up to a revision (mvcc.Store.HashKV).
 func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := m.s.requireAdmin(ctx); err != nil {
+		return nil, err
+	}
 	h, ok := m.s.store.(hasher)
 	if !ok {
 		return nil, unimplemented("hashkv")
@@ -211,6 +226,14 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 // disarmed or nothing, GET with the active alarms of the type asked for
 // (all for NONE).
 func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	// Reading alarms needs a user; changing them needs root.
+	check := m.s.requireAdmin
+	if r.Action == pb.AlarmRequest_GET {
+		check = m.s.requireCaller
+	}
+	if err := check(ctx); err != nil {
+		return nil, err
+	}
 	resp := &pb.AlarmResponse{Header: &pb.ResponseHeader{}}
 	var (
 		a   *pb.AlarmMember
@@ -240,6 +263,9 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 // a member (itself: nothing changes), and answers with no header once
 // the target leads. A single member is the only member there is.
 func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if err := m.s.requireAdmin(ctx); err != nil {
+		return nil, err
+	}
 	if !m.s.election.IsLeader() {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}

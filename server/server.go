@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
@@ -80,6 +81,10 @@ type Config struct {
 	// Cluster, when set, is the election of a member that shares its
 	// engine with others (see Clustered); nil: this member leads alone.
 	Cluster Cluster
+	// Auth keeps users and roles and checks every request against them;
+	// nil: one over the store with simple tokens (see auth.Open), which
+	// New panics if it cannot load.
+	Auth *auth.Store
 	// ClusterToken names the cluster; members with the same token report
 	// the same cluster ID. Only used with Cluster; default "sett".
 	ClusterToken string
@@ -103,6 +108,7 @@ type Store interface {
 	// Ping commits an empty write: the write path works.
 	Ping(ctx context.Context) error
 	ttl.Store
+	auth.Backend
 }
 
 var _ Store = (*mvcc.Store)(nil)
@@ -127,6 +133,7 @@ type Server struct {
 	health *grpchealth.Server
 	hub    *watch.Hub
 	lessor *ttl.Lessor
+	auth   *auth.Store
 
 	http    http.Handler
 	metrics *metrics
@@ -167,8 +174,17 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	if cfg.WatchProgressNotifyInterval == 0 {
 		cfg.WatchProgressNotifyInterval = 10 * time.Minute
 	}
+	if cfg.Auth == nil {
+		tokens, _ := auth.NewTokens("simple", 0)
+		a, err := auth.Open(store, tokens, 0)
+		if err != nil {
+			panic(fmt.Sprintf("server: open auth: %v", err))
+		}
+		cfg.Auth = a
+	}
 	hub.Start(store)
 	s := &Server{
+		auth:     cfg.Auth,
 		cfg:      cfg,
 		store:    store,
 		sizer:    sizer,

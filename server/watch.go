@@ -224,6 +224,23 @@ func (st *watchStream) refuse(reason string) error {
 	return st.send(&pb.WatchResponse{Header: st.header(), WatchId: invalidWatchID, Created: true, Canceled: true, CancelReason: reason})
 }
 
+// permitted checks, once at create, that the stream's caller may read
+// what it watches; the refusal names etcd's error.
+func (st *watchStream) permitted(key, end []byte) error {
+	ai, err := st.s.callerOrNobody(st.ctx)
+	if err == nil {
+		err = st.s.auth.IsRangePermitted(ai, key, end)
+	}
+	if err == nil {
+		return nil
+	}
+	switch g := toGRPC(err); g {
+	case rpctypes.ErrGRPCInvalidAuthToken, rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCUserEmpty:
+		return g
+	}
+	return rpctypes.ErrGRPCPermissionDenied
+}
+
 func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 	key, end := r.Key, r.RangeEnd
 	if len(key) == 0 {
@@ -231,6 +248,9 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 	}
 	if r.StartRevision < 0 {
 		return st.refuse(mvcc.ErrCompacted.Error())
+	}
+	if err := st.permitted(key, r.RangeEnd); err != nil {
+		return st.refuse(err.Error())
 	}
 	switch {
 	case len(end) == 0:
