@@ -35,9 +35,11 @@ func TestScripts(t *testing.T) {
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			cases := parseScript(t, file)
-			etcd := pb.NewKVClient(startEtcd(t).ActiveConnection())
-			_, cli := startSett(t, "", server.Config{})
-			sett := pb.NewKVClient(cli.ActiveConnection())
+			// Plain connections: clientv3's retry on some errors, auth
+			// ones among them.
+			etcd := newAuthSide(t, "etcd", startEtcd(t).Endpoints()[0])
+			in, _ := startSett(t, "", server.Config{})
+			sett := newAuthSide(t, "sett", in.addr)
 			ctx := ctxT(t)
 			changed := false
 			for i := range cases {
@@ -268,10 +270,15 @@ func deleteReq(ws []string) *pb.DeleteRangeRequest {
 	return &pb.DeleteRangeRequest{Key: []byte(ws[1]), RangeEnd: o.end(ws[1]), PrevKv: o.has("prev_kv")}
 }
 
-// runCase sends a case's request and renders the answer.
-func runCase(ctx context.Context, t *testing.T, kv pb.KVClient, c *scriptCase) string {
+// runCase sends a case's request and renders the answer. A request
+// "as USER ..." is made with the token USER last authenticated with.
+func runCase(ctx context.Context, t *testing.T, side *authSide, c *scriptCase) string {
 	lines := strings.Split(c.cmd, "\n")
 	ws := words(t, lines[0])
+	if len(ws) > 2 && ws[0] == "as" {
+		ctx, ws = side.as(ctx, ws[1]), ws[2:]
+	}
+	kv := side.kv
 	var out string
 	var err error
 	switch ws[0] {
@@ -308,7 +315,10 @@ func runCase(ctx context.Context, t *testing.T, kv pb.KVClient, c *scriptCase) s
 			out = fmtTxn(r, "")
 		}
 	default:
-		t.Fatalf("line %d: unknown command %q", c.line, ws[0])
+		var ok bool
+		if out, err, ok = runAuthCase(ctx, t, side, ws); !ok {
+			t.Fatalf("line %d: unknown command %q", c.line, ws[0])
+		}
 	}
 	if err != nil {
 		s, _ := status.FromError(err)
