@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
+	"golang.org/x/crypto/bcrypt"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,6 +33,8 @@ func startEtcdOn(t *testing.T, dir, peer string) string {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
+	// bcrypt's least cost keeps tests that add users fast.
+	cfg.BcryptCost = uint(bcrypt.MinCost)
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"/dev/null"}
