@@ -1,0 +1,225 @@
+package auth
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// memBackend keeps records in a map, as the engine would.
+type memBackend struct {
+	mu   sync.Mutex
+	recs map[string][]byte
+	fail error
+}
+
+func (b *memBackend) AuthRecords() (map[string][]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.recs), nil
+}
+
+func (b *memBackend) WriteAuth(ctx context.Context, recs map[string][]byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fail != nil {
+		return b.fail
+	}
+	for k, v := range recs {
+		if v == nil {
+			delete(b.recs, k)
+		} else {
+			b.recs[k] = v
+		}
+	}
+	return nil
+}
+
+func open(t *testing.T, be Backend, tokens Tokens) *Store {
+	t.Helper()
+	s, err := Open(be, tokens, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// setup adds root (password "pw") and alice (password "pw", role reader
+// with read on prefix "a/") and turns auth on.
+func setup(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	hash, err := s.HashPassword("pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		s.UserAdd(ctx, "root", hash, false),
+		s.UserGrantRole(ctx, "root", RootRole),
+		s.UserAdd(ctx, "alice", hash, false),
+		s.RoleAdd(ctx, "reader"),
+		s.RoleGrantPermission(ctx, "reader", &authpb.Permission{PermType: authpb.Permission_READ, Key: []byte("a/"), RangeEnd: []byte("a0")}),
+		s.UserGrantRole(ctx, "alice", "reader"),
+		s.Enable(ctx),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDurable: a reopened store has the same users, roles, permissions,
+// enabled flag and revision; a change the backend refused left nothing.
+func TestDurable(t *testing.T) {
+	be := &memBackend{recs: map[string][]byte{}}
+	tokens, _ := NewTokens("simple", 0)
+	s := open(t, be, tokens)
+	setup(t, s)
+	be.fail = errors.New("disk on fire")
+	if err := s.RoleAdd(context.Background(), "writer"); !errors.Is(err, be.fail) {
+		t.Fatalf("role add with a failing backend: %v", err)
+	}
+	if got := s.RoleList(); len(got) != 1 {
+		t.Fatalf("a failed change is visible: roles %q", got)
+	}
+	be.fail = nil
+	r := open(t, be, tokens)
+	if !r.Enabled() || r.Revision() != s.Revision() || r.Revision() != 7 {
+		t.Fatalf("reopened: enabled %t revision %d, want true %d (7)", r.Enabled(), r.Revision(), s.Revision())
+	}
+	if roles, err := r.UserGet("alice"); err != nil || strings.Join(roles, ",") != "reader" {
+		t.Fatalf("alice's roles after reopen: %q %v", roles, err)
+	}
+	token, err := r.Authenticate(context.Background(), "alice", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai, err := r.InfoFromToken(context.Background(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.IsRangePermitted(ai, []byte("a/x"), nil); err != nil {
+		t.Errorf("alice reads a/x after reopen: %v", err)
+	}
+	if err := r.IsRangePermitted(ai, []byte("b"), nil); !errors.Is(err, ErrPermissionDenied) {
+		t.Errorf("alice reads b after reopen: %v", err)
+	}
+}
+
+// TestSimpleTokenTTL: a simple token lives while it is used and runs out
+// ttl after its last use.
+func TestSimpleTokenTTL(t *testing.T) {
+	tokens := newSimpleTokens(time.Minute)
+	now := time.Unix(1000, 0)
+	tokens.now = func() time.Time { return now }
+	tk, err := tokens.Assign(context.Background(), "alice", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		now = now.Add(50 * time.Second)
+		if ai, ok := tokens.Info(context.Background(), tk, 9); !ok || ai.Username != "alice" || ai.Revision != 9 {
+			t.Fatalf("token used within its ttl: %v %t", ai, ok)
+		}
+	}
+	now = now.Add(61 * time.Second)
+	if _, ok := tokens.Info(context.Background(), tk, 9); ok {
+		t.Fatal("token valid after its ttl")
+	}
+}
+
+func writeECKeys(t *testing.T) (pub, priv string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pder, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pub = filepath.Join(dir, "key.pem"), filepath.Join(dir, "key.pub")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pub, priv
+}
+
+// TestJWT: a jwt token names its user and the revision it was issued at,
+// so any change to the auth state makes it old; a forged or verify-only
+// setup cannot issue tokens.
+func TestJWT(t *testing.T) {
+	pub, priv := writeECKeys(t)
+	tokens, err := NewTokens("jwt,pub-key="+pub+",priv-key="+priv+",sign-method=ES256,ttl=1m", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, &memBackend{recs: map[string][]byte{}}, tokens)
+	setup(t, s)
+	ctx := context.Background()
+	tk, err := s.Authenticate(ctx, "alice", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai, err := s.InfoFromToken(ctx, tk)
+	if err != nil || ai.Username != "alice" || ai.Revision != s.Revision() {
+		t.Fatalf("token info %+v %v, want alice at %d", ai, err, s.Revision())
+	}
+	if err := s.IsRangePermitted(ai, []byte("a/"), []byte("a0")); err != nil {
+		t.Fatalf("alice reads a/: %v", err)
+	}
+	if err := s.RoleAdd(ctx, "writer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.IsRangePermitted(ai, []byte("a/"), []byte("a0")); !errors.Is(err, ErrAuthOldRevision) {
+		t.Fatalf("token from before a change: %v, want %v", err, ErrAuthOldRevision)
+	}
+	if _, err := s.InfoFromToken(ctx, tk[:len(tk)-2]+"xx"); !errors.Is(err, ErrInvalidAuthToken) {
+		t.Fatalf("forged token: %v", err)
+	}
+	verify, err := NewTokens("jwt,pub-key="+pub+",sign-method=ES256", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := verify.Info(ctx, tk, 0); !ok {
+		t.Error("a verify-only member cannot read a token signed with the pair's private key")
+	}
+	if _, err := verify.Assign(ctx, "alice", 1); !errors.Is(err, errVerifyOnly) {
+		t.Errorf("a verify-only member signed a token: %v", err)
+	}
+	otherPub, _ := writeECKeys(t)
+	for _, opts := range []string{
+		"jwt,pub-key=" + otherPub + ",priv-key=" + priv + ",sign-method=ES256",
+		"jwt,priv-key=" + priv + ",sign-method=XX999",
+		"jwt,sign-method=ES256",
+		"jwt,priv-key=" + priv + ",sign-method=ES256,ttl=soon",
+		"jwt,priv-key",
+		"magic",
+	} {
+		if _, err := NewTokens(opts, 0); !errors.Is(err, ErrInvalidAuthOpts) {
+			t.Errorf("NewTokens(%q): %v, want %v", opts, err, ErrInvalidAuthOpts)
+		}
+	}
+}
