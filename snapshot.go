@@ -58,6 +58,7 @@ func snapshotCommand() *cli.Command {
 					&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
 					&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
 					&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
+					&cli.StringFlag{Name: "user", Usage: "username[:password] to authenticate as, when the server has auth on (a snapshot needs root)", EnvVars: []string{"ETCDCTL_USER"}},
 					&cli.StringFlag{Name: "format", Value: "sett", Usage: "sett (the server's own stream) or etcd (a bbolt file etcdutl snapshot restore accepts)", EnvVars: []string{"SETT_SNAPSHOT_FORMAT"}},
 				},
 				Action: snapshotSave,
@@ -162,6 +163,7 @@ func snapshotSave(c *cli.Context) error {
 	if cfg.TLS, err = clientTLS(cfg.Endpoints, c.String("cacert"), c.String("cert"), c.String("key")); err != nil {
 		return err
 	}
+	cfg.Username, cfg.Password, _ = strings.Cut(c.String("user"), ":")
 	format := c.String("format")
 	if format != "sett" && format != "etcd" {
 		return fmt.Errorf("--format %q: want sett or etcd", format)
