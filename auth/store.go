@@ -50,16 +50,25 @@ func Open(be Backend, tokens Tokens, cost int) (*Store, error) {
 		cost = bcrypt.DefaultCost
 	}
 	s := &Store{be: be, tokens: tokens, cost: cost}
-	if err := s.Reload(); err != nil {
+	if err := s.load(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 // Reload reads the state from the Backend again, for a member that
-// shares its engine with a leader that changes it. Tokens stay valid
-// unless auth was turned off.
+// shares its engine with a leader that changes it. It holds the lock
+// while it reads, so no change of this store's own can be overtaken by
+// an older read. Tokens stay valid unless auth was turned off.
 func (s *Store) Reload() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.load()
+}
+
+// load reads every record into memory; the caller holds mu, or has the
+// store to itself.
+func (s *Store) load() error {
 	recs, err := s.be.AuthRecords()
 	if err != nil {
 		return fmt.Errorf("load auth: %w", err)
@@ -89,8 +98,6 @@ func (s *Store) Reload() error {
 			roles[string(r.Name)] = r
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.enabled && !enabled {
 		s.tokens.Disable()
 	}

@@ -16,7 +16,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
@@ -59,6 +61,13 @@ func freeAddr(t testing.TB) string {
 
 func startPeer(t testing.TB, eng engine.Engine, name string) *peer {
 	t.Helper()
+	return startPeerWith(t, eng, name, nil)
+}
+
+// startPeerWith starts a peer whose auth issues tokens with tokens (nil:
+// simple ones).
+func startPeerWith(t testing.TB, eng engine.Engine, name string, tokens auth.Tokens) *peer {
+	t.Helper()
 	m := &peer{name: name, id: server.MemberID(name), addr: freeAddr(t), served: make(chan error, 1)}
 	url := "http://" + m.addr
 	hub := watch.NewHub(watch.Options{})
@@ -69,11 +78,19 @@ func startPeer(t testing.TB, eng engine.Engine, name string) *peer {
 	}
 	lessor := ttl.New(m.store, ttl.Options{Logger: quiet(), Member: m.id, Follower: true})
 	m.el = New(eng, Options{ID: m.id, Name: name, ClientURLs: []string{url}, Lease: failoverLease, Logger: quiet()}, m.store, lessor)
+	if tokens == nil {
+		tokens, _ = auth.NewTokens("simple", 0)
+	}
+	as, err := auth.Open(m.store, tokens, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.srv = server.New(server.Config{
 		Name:             name,
 		ListenClientURLs: []string{url},
 		Logger:           quiet(),
 		Cluster:          m.el,
+		Auth:             as,
 	}, m.store, hub, lessor, eng)
 	if err := m.srv.Listen(); err != nil {
 		t.Fatal(err)

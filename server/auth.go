@@ -232,13 +232,35 @@ type authServer struct {
 	s *Server
 }
 
-// admin runs a management call: forwarded to the leader in a cluster,
-// refused unless made by root while auth is on.
+// admin runs a management call, refused unless made by root while auth
+// is on.
 func (a *authServer) admin(ctx context.Context, do func() error) error {
 	if err := a.s.requireAdmin(ctx); err != nil {
 		return err
 	}
 	return toGRPC(do())
+}
+
+// change runs a management call that changes the auth state: in a
+// cluster only the leader writes, so a follower forwards it, and answers
+// with the leader's answer.
+func change[R header](a *authServer, ctx context.Context, do func() error, call func(pb.AuthClient, context.Context) (R, error), resp R) (R, error) {
+	var zero R
+	if conn, fctx, err := a.s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(a.s, err, func() (R, error) { return call(pb.NewAuthClient(conn), fctx) })
+	}
+	if a.s.cluster != nil {
+		// An earlier leader may have changed the state since this member
+		// last read it: start from what is in the engine.
+		if err := a.s.auth.Reload(); err != nil {
+			return zero, toGRPC(err)
+		}
+	}
+	if err := a.admin(ctx, do); err != nil {
+		return zero, err
+	}
+	a.s.fill(resp.GetHeader())
+	return resp, nil
 }
 
 func (a *authServer) header() *pb.ResponseHeader {
@@ -248,17 +270,19 @@ func (a *authServer) header() *pb.ResponseHeader {
 }
 
 func (a *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.Enable(ctx) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthEnableResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.Enable(ctx) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthEnableResponse, error) {
+			return c.AuthEnable(fctx, r)
+		},
+		&pb.AuthEnableResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.Disable(ctx) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthDisableResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.Disable(ctx) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthDisableResponse, error) {
+			return c.AuthDisable(fctx, r)
+		},
+		&pb.AuthDisableResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
@@ -303,17 +327,19 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 			return nil, toGRPC(err)
 		}
 	}
-	if err := a.admin(ctx, func() error { return a.s.auth.UserAdd(ctx, r.Name, hash, noPassword) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthUserAddResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.UserAdd(ctx, r.Name, hash, noPassword) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserAddResponse, error) {
+			return c.UserAdd(fctx, r)
+		},
+		&pb.AuthUserAddResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.UserDelete(ctx, r.Name) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthUserDeleteResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.UserDelete(ctx, r.Name) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserDeleteResponse, error) {
+			return c.UserDelete(fctx, r)
+		},
+		&pb.AuthUserDeleteResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
@@ -321,24 +347,27 @@ func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChang
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	if err := a.admin(ctx, func() error { return a.s.auth.UserChangePassword(ctx, r.Name, hash) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthUserChangePasswordResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.UserChangePassword(ctx, r.Name, hash) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserChangePasswordResponse, error) {
+			return c.UserChangePassword(fctx, r)
+		},
+		&pb.AuthUserChangePasswordResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.UserGrantRole(ctx, r.User, r.Role) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthUserGrantRoleResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.UserGrantRole(ctx, r.User, r.Role) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserGrantRoleResponse, error) {
+			return c.UserGrantRole(fctx, r)
+		},
+		&pb.AuthUserGrantRoleResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.UserRevokeRole(ctx, r.Name, r.Role) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthUserRevokeRoleResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.UserRevokeRole(ctx, r.Name, r.Role) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserRevokeRoleResponse, error) {
+			return c.UserRevokeRole(fctx, r)
+		},
+		&pb.AuthUserRevokeRoleResponse{Header: &pb.ResponseHeader{}})
 }
 
 // UserGet answers root, and any user asking about itself.
@@ -389,17 +418,19 @@ func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*
 }
 
 func (a *authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.RoleAdd(ctx, r.Name) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthRoleAddResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.RoleAdd(ctx, r.Name) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleAddResponse, error) {
+			return c.RoleAdd(fctx, r)
+		},
+		&pb.AuthRoleAddResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.RoleDelete(ctx, r.Role) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthRoleDeleteResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.RoleDelete(ctx, r.Role) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleDeleteResponse, error) {
+			return c.RoleDelete(fctx, r)
+		},
+		&pb.AuthRoleDeleteResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
@@ -411,15 +442,17 @@ func (a *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*
 }
 
 func (a *authServer) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.RoleGrantPermission(ctx, r.Name, r.Perm) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthRoleGrantPermissionResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.RoleGrantPermission(ctx, r.Name, r.Perm) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleGrantPermissionResponse, error) {
+			return c.RoleGrantPermission(fctx, r)
+		},
+		&pb.AuthRoleGrantPermissionResponse{Header: &pb.ResponseHeader{}})
 }
 
 func (a *authServer) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
-	if err := a.admin(ctx, func() error { return a.s.auth.RoleRevokePermission(ctx, r.Role, r.Key, r.RangeEnd) }); err != nil {
-		return nil, err
-	}
-	return &pb.AuthRoleRevokePermissionResponse{Header: a.header()}, nil
+	return change(a, ctx, func() error { return a.s.auth.RoleRevokePermission(ctx, r.Role, r.Key, r.RangeEnd) },
+		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleRevokePermissionResponse, error) {
+			return c.RoleRevokePermission(fctx, r)
+		},
+		&pb.AuthRoleRevokePermissionResponse{Header: &pb.ResponseHeader{}})
 }

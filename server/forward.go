@@ -60,7 +60,13 @@ func (s *Server) toLeader(ctx context.Context) (*grpc.ClientConn, context.Contex
 		s.log.Warn("cannot reach the leader", "leader", fmt.Sprintf("%x", id), "error", err)
 		return nil, nil, rpctypes.ErrGRPCNoLeader
 	}
-	return conn, metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), nil
+	fctx := metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+	// The leader checks the caller again, with its own auth state, as an
+	// etcd leader does when it applies: it needs the caller's token.
+	if token, ok := tokenOf(ctx); ok {
+		fctx = metadata.AppendToOutgoingContext(fctx, rpctypes.TokenFieldNameGRPC, token)
+	}
+	return conn, fctx, nil
 }
 
 // connect returns the connection to leader id, dialling it if the

@@ -373,6 +373,17 @@ func (s *Server) Serve(ctx context.Context) error {
 		stopExpiry()
 		<-expired
 	}()
+	if s.cluster != nil {
+		followed := make(chan struct{})
+		go func() {
+			s.followAuth(expiry)
+			close(followed)
+		}()
+		defer func() {
+			stopExpiry()
+			<-followed
+		}()
+	}
 	errc := make(chan error, len(eps))
 	for _, ep := range eps {
 		go func() {
@@ -416,6 +427,30 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.fwd.close()
 	}
 	return err
+}
+
+// authFollowInterval is how often a clustered member that does not lead
+// reads the auth state the leader keeps in the shared engine.
+const authFollowInterval = 100 * time.Millisecond
+
+// followAuth keeps a follower's auth state near the leader's until ctx
+// ends, as an etcd follower's applies keep it.
+func (s *Server) followAuth(ctx context.Context) {
+	t := time.NewTicker(authFollowInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.election.IsLeader() {
+			continue
+		}
+		if err := s.auth.Reload(); err != nil {
+			s.log.Warn("cannot read the auth state", "error", err)
+		}
+	}
 }
 
 // serveMetrics serves only the HTTP endpoints, on --listen-metrics-urls.
