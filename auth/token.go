@@ -91,14 +91,21 @@ const tokenLetters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 // Assign makes a token shaped like etcd's: 16 random letters, a dot and
 // a sequence number.
 func (t *simpleTokens) Assign(ctx context.Context, user string, rev uint64) (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
+	b := make([]byte, 0, 16)
+	var r [32]byte
+	for len(b) < cap(b) {
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", err
+		}
+		for _, x := range r {
+			// Bytes past the largest multiple of 52 would favour the
+			// first letters: skip them.
+			if int(x) < 256/len(tokenLetters)*len(tokenLetters) && len(b) < cap(b) {
+				b = append(b, tokenLetters[int(x)%len(tokenLetters)])
+			}
+		}
 	}
-	for i := range b {
-		b[i] = tokenLetters[int(b[i])%len(tokenLetters)]
-	}
-	token := fmt.Sprintf("%s.%d", b[:], t.seq.Add(1))
+	token := fmt.Sprintf("%s.%d", b, t.seq.Add(1))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()

@@ -113,11 +113,11 @@ func (s *Server) checkedRead(ctx context.Context, check func(*auth.Info) error, 
 	return nil
 }
 
-// checkedWrite checks a write before it is applied. etcd checks in its
-// apply loop, after the request is ordered; sett checks just before, so a
-// change to the auth state can race with a write it should refuse, as it
-// can with an etcd read.
-func (s *Server) checkedWrite(ctx context.Context, check func(*auth.Info) error) error {
+// authorize runs check on the caller, or on nobody. For a write it runs
+// before the write is queued: etcd checks in its apply loop, after the
+// request is ordered, so here a change to the auth state can race with a
+// write it should refuse, as it can with an etcd read.
+func (s *Server) authorize(ctx context.Context, check func(*auth.Info) error) error {
 	ai, err := s.callerOrNobody(ctx)
 	if err != nil {
 		return toGRPC(err)
@@ -244,7 +244,7 @@ func (a *authServer) admin(ctx context.Context, do func() error) error {
 // change runs a management call that changes the auth state: in a
 // cluster only the leader writes, so a follower forwards it, and answers
 // with the leader's answer.
-func change[R header](a *authServer, ctx context.Context, do func() error, call func(pb.AuthClient, context.Context) (R, error), resp R) (R, error) {
+func change[R header](ctx context.Context, a *authServer, do func() error, call func(pb.AuthClient, context.Context) (R, error), resp R) (R, error) {
 	var zero R
 	if conn, fctx, err := a.s.toLeader(ctx); conn != nil || err != nil {
 		return forwarded(a.s, err, func() (R, error) { return call(pb.NewAuthClient(conn), fctx) })
@@ -270,7 +270,7 @@ func (a *authServer) header() *pb.ResponseHeader {
 }
 
 func (a *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.Enable(ctx) },
+	return change(ctx, a, func() error { return a.s.auth.Enable(ctx) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthEnableResponse, error) {
 			return c.AuthEnable(fctx, r)
 		},
@@ -278,7 +278,7 @@ func (a *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*
 }
 
 func (a *authServer) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.Disable(ctx) },
+	return change(ctx, a, func() error { return a.s.auth.Disable(ctx) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthDisableResponse, error) {
 			return c.AuthDisable(fctx, r)
 		},
@@ -327,7 +327,7 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 			return nil, toGRPC(err)
 		}
 	}
-	return change(a, ctx, func() error { return a.s.auth.UserAdd(ctx, r.Name, hash, noPassword) },
+	return change(ctx, a, func() error { return a.s.auth.UserAdd(ctx, r.Name, hash, noPassword) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserAddResponse, error) {
 			return c.UserAdd(fctx, r)
 		},
@@ -335,7 +335,7 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 }
 
 func (a *authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.UserDelete(ctx, r.Name) },
+	return change(ctx, a, func() error { return a.s.auth.UserDelete(ctx, r.Name) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserDeleteResponse, error) {
 			return c.UserDelete(fctx, r)
 		},
@@ -347,7 +347,7 @@ func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChang
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return change(a, ctx, func() error { return a.s.auth.UserChangePassword(ctx, r.Name, hash) },
+	return change(ctx, a, func() error { return a.s.auth.UserChangePassword(ctx, r.Name, hash) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserChangePasswordResponse, error) {
 			return c.UserChangePassword(fctx, r)
 		},
@@ -355,7 +355,7 @@ func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChang
 }
 
 func (a *authServer) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.UserGrantRole(ctx, r.User, r.Role) },
+	return change(ctx, a, func() error { return a.s.auth.UserGrantRole(ctx, r.User, r.Role) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserGrantRoleResponse, error) {
 			return c.UserGrantRole(fctx, r)
 		},
@@ -363,7 +363,7 @@ func (a *authServer) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleR
 }
 
 func (a *authServer) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.UserRevokeRole(ctx, r.Name, r.Role) },
+	return change(ctx, a, func() error { return a.s.auth.UserRevokeRole(ctx, r.Name, r.Role) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserRevokeRoleResponse, error) {
 			return c.UserRevokeRole(fctx, r)
 		},
@@ -418,7 +418,7 @@ func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*
 }
 
 func (a *authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.RoleAdd(ctx, r.Name) },
+	return change(ctx, a, func() error { return a.s.auth.RoleAdd(ctx, r.Name) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleAddResponse, error) {
 			return c.RoleAdd(fctx, r)
 		},
@@ -426,7 +426,7 @@ func (a *authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb
 }
 
 func (a *authServer) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.RoleDelete(ctx, r.Role) },
+	return change(ctx, a, func() error { return a.s.auth.RoleDelete(ctx, r.Role) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleDeleteResponse, error) {
 			return c.RoleDelete(fctx, r)
 		},
@@ -442,7 +442,7 @@ func (a *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*
 }
 
 func (a *authServer) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.RoleGrantPermission(ctx, r.Name, r.Perm) },
+	return change(ctx, a, func() error { return a.s.auth.RoleGrantPermission(ctx, r.Name, r.Perm) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleGrantPermissionResponse, error) {
 			return c.RoleGrantPermission(fctx, r)
 		},
@@ -450,7 +450,7 @@ func (a *authServer) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGran
 }
 
 func (a *authServer) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
-	return change(a, ctx, func() error { return a.s.auth.RoleRevokePermission(ctx, r.Role, r.Key, r.RangeEnd) },
+	return change(ctx, a, func() error { return a.s.auth.RoleRevokePermission(ctx, r.Role, r.Key, r.RangeEnd) },
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthRoleRevokePermissionResponse, error) {
 			return c.RoleRevokePermission(fctx, r)
 		},

@@ -88,7 +88,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := k.s.admit(r); err != nil {
 		return nil, err
 	}
-	if err := k.s.checkedWrite(ctx, func(ai *auth.Info) error { return k.s.checkPutAuth(ai, r) }); err != nil {
+	if err := k.s.authorize(ctx, func(ai *auth.Info) error { return k.s.checkPutAuth(ai, r) }); err != nil {
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
@@ -109,7 +109,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := k.s.admit(r); err != nil {
 		return nil, err
 	}
-	if err := k.s.checkedWrite(ctx, func(ai *auth.Info) error { return k.s.checkDeleteAuth(ai, r) }); err != nil {
+	if err := k.s.authorize(ctx, func(ai *auth.Info) error { return k.s.checkDeleteAuth(ai, r) }); err != nil {
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
@@ -150,7 +150,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := k.s.admit(r); err != nil {
 		return nil, err
 	}
-	if err := k.s.checkedWrite(ctx, check); err != nil {
+	if err := k.s.authorize(ctx, check); err != nil {
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {

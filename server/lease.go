@@ -43,7 +43,7 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 	if err := l.s.requireCaller(ctx); err != nil {
 		return nil, err
 	}
-	if err := l.s.checkedWrite(ctx, func(ai *auth.Info) error { return l.s.checkLeaseWrite(ai, r.ID) }); err != nil {
+	if err := l.s.authorize(ctx, func(ai *auth.Info) error { return l.s.checkLeaseWrite(ai, r.ID) }); err != nil {
 		return nil, err
 	}
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
@@ -113,7 +113,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	if r.Keys {
 		// The keys are shown only to whom may read them all.
 		rev := l.s.auth.Revision()
-		if err := l.s.checkedWrite(ctx, func(ai *auth.Info) error { return l.s.checkLeaseRead(ai, r.ID) }); err != nil {
+		if err := l.s.authorize(ctx, func(ai *auth.Info) error { return l.s.checkLeaseRead(ai, r.ID) }); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -145,7 +145,7 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest)
 	ids := l.s.lessor.IDs()
 	rev := l.s.auth.Revision()
 	// The list is shown only to whom may read every key of every lease.
-	if err := l.s.checkedWrite(ctx, func(ai *auth.Info) error {
+	if err := l.s.authorize(ctx, func(ai *auth.Info) error {
 		if ai.Username == "" && l.s.auth.Enabled() {
 			return auth.ErrUserEmpty
 		}
