@@ -2,9 +2,16 @@ package server_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"flag"
 	"fmt"
-	"math/rand"
+	mrand "math/rand"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/watch"
 )
 
 // The auth differential test drives etcd and sett through the same
@@ -52,6 +60,25 @@ func (s *authSide) as(ctx context.Context, who string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "token", tk)
 	}
 	return ctx
+}
+
+// jwtOptions writes an ES256 key and returns the --auth-token option
+// that signs with it.
+func jwtOptions(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "jwt.key")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "jwt,priv-key=" + path + ",sign-method=ES256"
 }
 
 func newAuthSide(t *testing.T, name, addr string) *authSide {
@@ -306,12 +333,18 @@ func TestDifferentialAuth(t *testing.T) {
 	for seed := int64(1); seed <= authDiffSeeds; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			ctx := ctxT(t)
+			// Every third seed uses signed tokens, which carry the auth
+			// revision they were issued at and so go old.
+			tokens := "simple"
+			if seed%3 == 0 {
+				tokens = jwtOptions(t)
+			}
 			// Plain connections: clientv3's would retry on some auth
 			// errors, and hide what the server answered.
-			ref := newAuthSide(t, "etcd", startEtcd(t).Endpoints()[0])
-			in, _ := startSett(t, "", server.Config{})
+			ref := newAuthSide(t, "etcd", startEtcdTokens(t, tokens).Endpoints()[0])
+			in, _ := startSettTokens(t, "", server.Config{}, watch.Options{}, tokens)
 			sut := newAuthSide(t, "sett", in.addr)
-			g := &authGen{gen: &gen{r: rand.New(rand.NewSource(seed)), rev: 1, floor: 1, nonEmpty: true}}
+			g := &authGen{gen: &gen{r: mrand.New(mrand.NewSource(seed)), rev: 1, floor: 1, nonEmpty: true}}
 			// seen counts the answers by their first line, to show what
 			// the seed exercised.
 			seen := map[string]int{}

@@ -49,6 +49,13 @@ func startSett(t testing.TB, dir string, cfg server.Config) (*instance, *clientv
 // startSettWith is startSett with the watch hub's options.
 func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options) (*instance, *clientv3.Client) {
 	t.Helper()
+	return startSettTokens(t, dir, cfg, wo, "simple")
+}
+
+// startSettTokens is startSettWith whose auth makes tokens as the
+// --auth-token option tokenOpts says.
+func startSettTokens(t testing.TB, dir string, cfg server.Config, wo watch.Options, tokenOpts string) (*instance, *clientv3.Client) {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -68,7 +75,7 @@ func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options
 	if cfg.Auth == nil {
 		// bcrypt's least cost keeps tests that add users fast, as etcd's
 		// own tests do.
-		tokens, err := auth.NewTokens("simple", 0)
+		tokens, err := auth.NewTokens(tokenOpts, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +165,14 @@ func TestSmoke(t *testing.T) {
 // and returns a client for it.
 func startEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
+	return startEtcdTokens(t, "simple")
+}
+
+// startEtcdTokens is startEtcd with etcd's --auth-token option.
+func startEtcdTokens(t testing.TB, tokenOpts string) *clientv3.Client {
+	t.Helper()
 	cfg := embed.NewConfig()
+	cfg.AuthToken = tokenOpts
 	cfg.Dir = t.TempDir()
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
