@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 )
 
@@ -52,15 +53,7 @@ func TestSnapshotRestoresAuth(t *testing.T) {
 	}
 	r := startChild(t, restored, freePort(t))
 	defer r.stop()
-	as := func(user, password string) *clientv3.Client {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{r.addr}, Username: user, Password: password,
-			DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatalf("%s: %v", user, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	as := func(user, password string) *clientv3.Client { return authClient(t, r.addr, user, password) }
 	st, err := newClient(t, r.addr).AuthStatus(ctx)
 	if err != nil || !st.Enabled {
 		t.Fatalf("restored auth status: %v %v, want enabled", st, err)
@@ -81,5 +74,88 @@ func TestSnapshotRestoresAuth(t *testing.T) {
 	if _, err := clientv3.New(clientv3.Config{Endpoints: []string{r.addr}, Username: "alice", Password: "wrong",
 		DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); !errors.Is(err, rpctypes.ErrAuthFailed) {
 		t.Errorf("restored: alice with a wrong password: %v, want %v", err, rpctypes.ErrAuthFailed)
+	}
+}
+
+// TestEtcdSnapshotAuth: users, roles and the enabled flag move between
+// etcd and sett in etcd's snapshot format, both ways, and each side
+// enforces them.
+func TestEtcdSnapshotAuth(t *testing.T) {
+	src := newClient(t, startEtcd(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(src.UserAdd(ctx, "root", "rootpw"))
+	must(src.UserGrantRole(ctx, "root", "root"))
+	must(src.UserAdd(ctx, "alice", "alicepw"))
+	must(src.RoleAdd(ctx, "reader"))
+	must(src.RoleGrantPermission(ctx, "reader", "pub/", clientv3.GetPrefixRangeEnd("pub/"), clientv3.PermissionType(clientv3.PermRead)))
+	must(src.UserGrantRole(ctx, "alice", "reader"))
+	must(src.Put(ctx, "pub/x", "1"))
+	must(src.Put(ctx, "secret", "2"))
+	must(src.AuthEnable(ctx))
+	want, err := src.AuthStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	etcdFile := filepath.Join(dir, "etcd.db")
+	saveEtcdSnapshot(t, authClient(t, src.Endpoints()[0], "root", "rootpw"), etcdFile)
+
+	// etcd to sett.
+	restored := filepath.Join(dir, "sett.data")
+	if _, errOut, code := runSett(t, "snapshot", "restore", etcdFile, "--data-dir", restored); code != 0 {
+		t.Fatalf("restore an etcd snapshot with auth: exit %d\n%s", code, errOut)
+	}
+	sett := startChild(t, restored, freePort(t))
+	enforced(t, ctx, "sett restored from etcd", sett.addr, want)
+
+	// And back: sett's export, restored by etcd's own code, served by etcd.
+	exported := filepath.Join(dir, "exported.db")
+	if _, errOut, code := runSett(t, "snapshot", "save", "--format", "etcd", "--endpoints", sett.addr, "--user", "root:rootpw", exported); code != 0 {
+		t.Fatalf("save --format etcd: exit %d\n%s", code, errOut)
+	}
+	peer := "http://" + freePort(t)
+	etcdDir := filepath.Join(dir, "etcd.data")
+	err = etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
+		SnapshotPath: exported, Name: "default", OutputDataDir: etcdDir,
+		PeerURLs: []string{peer}, InitialCluster: "default=" + peer, InitialClusterToken: "etcd-cluster",
+	})
+	if err != nil {
+		t.Fatalf("etcdutl restore of sett's export: %v", err)
+	}
+	enforced(t, ctx, "etcd restored from sett's export", startEtcdOn(t, etcdDir, peer), want)
+}
+
+func authClient(t *testing.T, endpoint, user, password string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, Username: user, Password: password,
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("%s at %s: %v", user, endpoint, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// enforced checks that the server at endpoint has auth on at want's
+// revision, and that alice may read pub/ and not secret.
+func enforced(t *testing.T, ctx context.Context, name, endpoint string, want *clientv3.AuthStatusResponse) {
+	t.Helper()
+	st, err := newClient(t, endpoint).AuthStatus(ctx)
+	if err != nil || !st.Enabled || st.AuthRevision != want.AuthRevision {
+		t.Fatalf("%s: auth status %v %v, want enabled at revision %d", name, st, err, want.AuthRevision)
+	}
+	alice := authClient(t, endpoint, "alice", "alicepw")
+	if g, err := alice.Get(ctx, "pub/x"); err != nil || len(g.Kvs) != 1 {
+		t.Errorf("%s: alice reads pub/x: %v %v", name, g, err)
+	}
+	if _, err := alice.Get(ctx, "secret"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("%s: alice reads secret: %v, want %v", name, err, rpctypes.ErrPermissionDenied)
 	}
 }

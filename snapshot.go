@@ -398,9 +398,6 @@ func snapshotRestore(c *cli.Context) error {
 		var ei etcdsnap.Info
 		ei, err = restoreEtcdInto(tmp, snap, c.Bool("skip-hash-check"), log)
 		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
-		if ei.AuthEnabled {
-			log.Warn("etcd had authentication enabled; sett serves without it, so its users and roles are not restored")
-		}
 		if err != nil {
 			err = fmt.Errorf("%s: %w", path, err)
 		}

@@ -11,10 +11,13 @@
 //	meta   scheduledCompactRev, finishedCompactRev (revision bytes),
 //	       consistent_index and term (BE uint64), storageVersion
 //	lease  BE(id) -> leasepb.Lease
+//	auth   authEnabled (one byte), authRevision (BE uint64)
+//	authUsers, authRoles
+//	       name -> authpb.User, authpb.Role
 //
 // Membership (the members and cluster buckets) belongs to the cluster
 // that wrote the file: sett has its own, and etcd's restore replaces it.
-// Auth and alarms are not carried over.
+// Alarms are not carried over.
 //
 // The revisions themselves go through mvcc, which owns sett's layout.
 package etcdsnap
@@ -36,6 +39,7 @@ import (
 	"go.etcd.io/etcd/server/v3/lease/leasepb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
 )
@@ -54,7 +58,7 @@ var (
 	allBuckets = [][]byte{
 		bucketKey, bucketMeta, bucketLease,
 		[]byte("alarm"), []byte("cluster"), []byte("members"), []byte("members_removed"),
-		[]byte("auth"), []byte("authUsers"), []byte("authRoles"),
+		bucketAuth, bucketAuthUsers, bucketAuthRoles,
 	}
 
 	metaScheduledCompact = []byte("scheduledCompactRev")
@@ -63,8 +67,11 @@ var (
 	metaTerm             = []byte("term")
 	metaStorageVersion   = []byte("storageVersion")
 
-	bucketAuth  = []byte("auth")
-	authEnabled = []byte("authEnabled")
+	bucketAuth      = []byte("auth")
+	bucketAuthUsers = []byte("authUsers")
+	bucketAuthRoles = []byte("authRoles")
+	authEnabled     = []byte("authEnabled")
+	authRevision    = []byte("authRevision")
 )
 
 // storageVersion is the schema version written into exported files: the
@@ -102,8 +109,7 @@ type Info struct {
 	Size int64
 	// Version is the storage version the file records, if any.
 	Version string
-	// AuthEnabled says etcd had authentication on (Restore only); sett
-	// serves without it.
+	// AuthEnabled says the file has authentication on.
 	AuthEnabled bool
 }
 
@@ -314,8 +320,12 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 			return err
 		}
 		defer im.Discard()
-		if a := tx.Bucket(bucketAuth); a != nil {
-			info.AuthEnabled = bytes.Equal(a.Get(authEnabled), []byte{1})
+		ea := readAuth(tx)
+		info.AuthEnabled = ea.Enabled
+		for name, v := range auth.FromEtcd(ea) {
+			if err := im.AuthRecord(name, v); err != nil {
+				return err
+			}
 		}
 		err = tx.Bucket(bucketKey).ForEach(func(k, v []byte) error {
 			r, err := decodeRevision(k, v)
@@ -427,6 +437,12 @@ func Write(r engine.Reader, path string, progress Progress) (info Info, err erro
 		return Info{}, err
 	}
 	info.CompactRevision, info.Leases = st.Compact, len(leases)
+	recs, err := mvcc.ReadAuthRecords(r)
+	if err != nil {
+		return Info{}, err
+	}
+	ea := auth.ToEtcd(recs)
+	info.AuthEnabled = ea.Enabled
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		var perr error
@@ -445,6 +461,9 @@ func Write(r engine.Reader, path string, progress Progress) (info Info, err erro
 		put(metaStorageVersion, []byte(storageVersion))
 		if perr != nil {
 			return perr
+		}
+		if err := writeAuth(tx, ea); err != nil {
+			return err
 		}
 		lb := tx.Bucket(bucketLease)
 		for _, l := range leases {
@@ -510,4 +529,54 @@ func appendHash(path string) (int64, error) {
 		return 0, err
 	}
 	return n, f.Sync()
+}
+
+// readAuth reads etcd's auth buckets; a file without them has auth off.
+func readAuth(tx *bolt.Tx) auth.Etcd {
+	ea := auth.Etcd{Users: map[string][]byte{}, Roles: map[string][]byte{}}
+	if b := tx.Bucket(bucketAuth); b != nil {
+		ea.Enabled = bytes.Equal(b.Get(authEnabled), []byte{1})
+		if v := b.Get(authRevision); len(v) == 8 {
+			ea.Revision = binary.BigEndian.Uint64(v)
+		}
+	}
+	for _, set := range []struct {
+		bucket []byte
+		into   map[string][]byte
+	}{{bucketAuthUsers, ea.Users}, {bucketAuthRoles, ea.Roles}} {
+		if b := tx.Bucket(set.bucket); b != nil {
+			b.ForEach(func(k, v []byte) error {
+				set.into[string(k)] = bytes.Clone(v)
+				return nil
+			})
+		}
+	}
+	return ea
+}
+
+// writeAuth writes ea into etcd's auth buckets, as etcd keeps them.
+func writeAuth(tx *bolt.Tx, ea auth.Etcd) error {
+	enabled := byte(0)
+	if ea.Enabled {
+		enabled = 1
+	}
+	b := tx.Bucket(bucketAuth)
+	if err := b.Put(authEnabled, []byte{enabled}); err != nil {
+		return err
+	}
+	if err := b.Put(authRevision, binary.BigEndian.AppendUint64(nil, ea.Revision)); err != nil {
+		return err
+	}
+	for _, set := range []struct {
+		bucket []byte
+		from   map[string][]byte
+	}{{bucketAuthUsers, ea.Users}, {bucketAuthRoles, ea.Roles}} {
+		b := tx.Bucket(set.bucket)
+		for name, v := range set.from {
+			if err := b.Put([]byte(name), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

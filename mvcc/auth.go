@@ -3,6 +3,8 @@ package mvcc
 import (
 	"bytes"
 	"context"
+
+	"github.com/settdb/sett/engine"
 )
 
 // Auth records live under 'a' + name. Their meaning belongs to package
@@ -22,8 +24,13 @@ func (s *Store) AuthRecords() (map[string][]byte, error) {
 		return nil, err
 	}
 	defer snap.Close()
+	return ReadAuthRecords(snap)
+}
+
+// ReadAuthRecords returns every auth record r holds, by name.
+func ReadAuthRecords(r engine.Reader) (map[string][]byte, error) {
 	out := make(map[string][]byte)
-	it := snap.Iterate([]byte{prefixAuth}, []byte{prefixAuth + 1}, false)
+	it := r.Iterate([]byte{prefixAuth}, []byte{prefixAuth + 1}, false)
 	defer it.Close()
 	for ; it.Valid(); it.Next() {
 		v, err := it.Value()

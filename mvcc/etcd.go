@@ -134,6 +134,11 @@ func (im *EtcdImporter) Lease(l Lease) error {
 	return im.put(leaseKey(l.ID), binary.BigEndian.AppendUint64(nil, uint64(l.TTL)))
 }
 
+// AuthRecord imports an auth record (see Store.WriteAuth).
+func (im *EtcdImporter) AuthRecord(name string, v []byte) error {
+	return im.put(authKey(name), bytes.Clone(v))
+}
+
 // Finish records the store-wide state and commits. A compaction that
 // etcd had not finished is finished by the store when it opens.
 func (im *EtcdImporter) Finish(st EtcdState) error {
