@@ -185,6 +185,7 @@ func TestKindStaticPodFlags(t *testing.T) {
 		"sett_sequencer_batch_requests_bucket", "etcd_debugging_mvcc_current_revision 2",
 		"etcd_server_proposals_committed_total 1", "etcd_server_proposals_applied_total 1",
 		"etcd_server_proposals_pending 0", "etcd_server_leader_changes_seen_total 0",
+		"etcd_debugging_auth_revision 1",
 	} {
 		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %q", name)

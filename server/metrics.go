@@ -94,6 +94,7 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		gauge("etcd_debugging_lease_total", "Leases that exist now.", func() float64 { return float64(len(s.store.Leases())) }),
+		gauge("etcd_debugging_auth_revision", "The auth revision: it moves with every change to users, roles and permissions.", func() float64 { return float64(s.auth.Revision()) }),
 	)
 	version := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version", Help: "Always 1; the label names the etcd API version served."}, []string{"server_version"})
 	version.WithLabelValues(Version).Set(1)
