@@ -64,34 +64,19 @@ func (t *jwtTokens) loadKeys(pub, priv []byte) error {
 	if len(pub) == 0 && len(priv) == 0 {
 		return errors.New("auth: missing key data")
 	}
-	type pair struct {
-		pub, priv any
-		err       error
-	}
-	parse := func(pubf func([]byte) (any, error), privf func([]byte) (any, error)) pair {
-		var p pair
-		if len(priv) > 0 {
-			if p.priv, p.err = privf(priv); p.err != nil {
-				return p
-			}
-		}
-		if len(pub) > 0 {
-			p.pub, p.err = pubf(pub)
-		}
-		return p
-	}
-	var p pair
+	var parsePub, parsePriv func([]byte) (any, error)
 	switch t.method.(type) {
 	case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
-		p = parse(func(b []byte) (any, error) { return jwt.ParseRSAPublicKeyFromPEM(b) },
-			func(b []byte) (any, error) { return jwt.ParseRSAPrivateKeyFromPEM(b) })
+		parsePub = func(b []byte) (any, error) { return jwt.ParseRSAPublicKeyFromPEM(b) }
+		parsePriv = func(b []byte) (any, error) { return jwt.ParseRSAPrivateKeyFromPEM(b) }
 	case *jwt.SigningMethodECDSA:
-		p = parse(func(b []byte) (any, error) { return jwt.ParseECPublicKeyFromPEM(b) },
-			func(b []byte) (any, error) { return jwt.ParseECPrivateKeyFromPEM(b) })
+		parsePub = func(b []byte) (any, error) { return jwt.ParseECPublicKeyFromPEM(b) }
+		parsePriv = func(b []byte) (any, error) { return jwt.ParseECPrivateKeyFromPEM(b) }
 	case *jwt.SigningMethodEd25519:
-		p = parse(func(b []byte) (any, error) { return jwt.ParseEdPublicKeyFromPEM(b) },
-			func(b []byte) (any, error) { return jwt.ParseEdPrivateKeyFromPEM(b) })
+		parsePub = func(b []byte) (any, error) { return jwt.ParseEdPublicKeyFromPEM(b) }
+		parsePriv = func(b []byte) (any, error) { return jwt.ParseEdPrivateKeyFromPEM(b) }
 	case *jwt.SigningMethodHMAC:
+		// One shared secret both signs and verifies.
 		if len(priv) == 0 {
 			return errors.New("auth: missing key data")
 		}
@@ -100,22 +85,31 @@ func (t *jwtTokens) loadKeys(pub, priv []byte) error {
 	default:
 		return fmt.Errorf("unsupported signing method %s", t.method.Alg())
 	}
-	if p.err != nil {
-		return p.err
+	var pubKey, privKey any
+	var err error
+	if len(priv) > 0 {
+		if privKey, err = parsePriv(priv); err != nil {
+			return err
+		}
 	}
-	if p.priv == nil {
-		t.verify = p.pub
+	if len(pub) > 0 {
+		if pubKey, err = parsePub(pub); err != nil {
+			return err
+		}
+	}
+	if privKey == nil {
+		t.verify = pubKey
 		return nil
 	}
-	signer, ok := p.priv.(crypto.Signer)
+	signer, ok := privKey.(crypto.Signer)
 	if !ok {
-		return fmt.Errorf("unsupported private key %T", p.priv)
+		return fmt.Errorf("unsupported private key %T", privKey)
 	}
 	public := signer.Public()
-	if p.pub != nil && !p.pub.(interface{ Equal(crypto.PublicKey) bool }).Equal(public) {
+	if pubKey != nil && !pubKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(public) {
 		return errors.New("auth: public and private keys don't match")
 	}
-	t.key, t.verify = p.priv, public
+	t.key, t.verify = privKey, public
 	return nil
 }
 

@@ -240,15 +240,16 @@ func (s *Store) Authenticate(ctx context.Context, name, password string) (string
 			return "", err
 		}
 		s.mu.RLock()
-		token, err := "", error(nil)
-		if s.rev == rev && s.enabled {
+		current := s.rev == rev && s.enabled
+		var token string
+		if current {
 			token, err = s.tokens.Assign(ctx, name, rev)
 		}
 		s.mu.RUnlock()
 		if err != nil {
 			return "", err
 		}
-		if token != "" {
+		if current {
 			return token, nil
 		}
 		if err := ctx.Err(); err != nil {
