@@ -3,8 +3,10 @@ package auth
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -220,6 +222,53 @@ func TestJWT(t *testing.T) {
 	} {
 		if _, err := NewTokens(opts, 0); !errors.Is(err, ErrInvalidAuthOpts) {
 			t.Errorf("NewTokens(%q): %v, want %v", opts, err, ErrInvalidAuthOpts)
+		}
+	}
+}
+
+// TestJWTMethods: each family of signing methods etcd offers signs a
+// token its own keys verify.
+func TestJWTMethods(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, kind string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, edKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edDER, err := x509.MarshalPKCS8PrivateKey(edKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("a shared secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []string{
+		"jwt,priv-key=" + write("rsa.pem", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rsaKey)) + ",sign-method=RS256",
+		"jwt,priv-key=" + filepath.Join(dir, "rsa.pem") + ",sign-method=PS384",
+		"jwt,priv-key=" + write("ed.pem", "PRIVATE KEY", edDER) + ",sign-method=EdDSA",
+		"jwt,priv-key=" + secret + ",sign-method=HS256",
+	} {
+		tokens, err := NewTokens(opts, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", opts, err)
+		}
+		tk, err := tokens.Assign(context.Background(), "alice", 3)
+		if err != nil {
+			t.Fatalf("%s: %v", opts, err)
+		}
+		if ai, ok := tokens.Info(context.Background(), tk, 9); !ok || ai.Username != "alice" || ai.Revision != 3 {
+			t.Errorf("%s: token reads as %+v %t", opts, ai, ok)
 		}
 	}
 }
