@@ -41,7 +41,7 @@ test-sett: bin/etcdctl
 test-tikv:
 	$(GO) vet -tags tikv ./...
 	$(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv ./cluster
-	$(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestScripts)$$' ./server
+	$(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestDifferentialAuth|TestScripts)$$' ./server
 
 # The process benchmark: bin/sett and a real etcd (bin/etcd) each run as
 # their own process on fresh temp data dirs, driven by one load generator,
