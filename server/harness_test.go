@@ -54,6 +54,12 @@ func startSettWith(t testing.TB, dir string, cfg server.Config, wo watch.Options
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, dir, db, cfg, wo)
+}
+
+// serveOn is startSettWith on an engine already open over dir.
+func serveOn(t testing.TB, dir string, db engine.Engine, cfg server.Config, wo watch.Options) (*instance, *clientv3.Client) {
+	t.Helper()
 	hub := watch.NewHub(wo)
 	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
 	if err != nil {

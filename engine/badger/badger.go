@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	bdg "github.com/dgraph-io/badger/v4"
@@ -417,10 +418,19 @@ func (t *txn) Commit(ctx context.Context) error {
 	t.gate.RLock()
 	err := t.txn.Commit()
 	t.gate.RUnlock()
-	if err != nil {
-		return fmt.Errorf("commit: %w", mapErr(err))
+	if err == nil {
+		return nil
 	}
-	return nil
+	mapped := mapErr(err)
+	switch {
+	case mapped != err, errors.Is(err, bdg.ErrBlockedWrites):
+		return fmt.Errorf("commit: %w", mapped)
+	case errors.Is(err, syscall.ENOSPC):
+		// Nothing was written that a later commit would depend on:
+		// once there is room again, commits go through.
+		return fmt.Errorf("commit: %w", err)
+	}
+	return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
 }
 
 func (t *txn) Discard() { t.txn.Discard() }
