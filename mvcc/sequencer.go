@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/settdb/sett/engine"
@@ -242,6 +243,11 @@ func (s *Store) commitFailed(t *term, err error, rev int64, applied uint64, requ
 		s.log.Warn("commit fenced off: another member was elected", "revision", rev, "requests", requests)
 		s.depose(t, "fenced off")
 		return fmt.Errorf("%w: %w", ErrNotCommitted, err)
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		// The engine says when the disk fills and when it has room
+		// again; each refused batch needs no line of its own.
+		return err
 	}
 	s.log.Error("commit failed", "error", err, "requests", requests)
 	return err

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -43,6 +44,9 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseTTLTooLarge
 	case errors.Is(err, mvcc.ErrClosed), errors.Is(err, mvcc.ErrBroken):
 		return rpctypes.ErrGRPCStopped
+	case errors.Is(err, syscall.ENOSPC):
+		// The disk is (nearly) full; the write was not applied.
+		return rpctypes.ErrGRPCNoSpace
 	case errors.Is(err, engine.ErrDurability):
 		// The write may or may not have reached the disk.
 		return rpctypes.ErrGRPCTimeout

@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/watch"
 )
@@ -154,5 +158,67 @@ func TestCommitFaults(t *testing.T) {
 				t.Fatalf("a write after the restart: %v", err)
 			}
 		})
+	}
+}
+
+// TestDiskFull: on a small file system that fills up, writes are refused
+// with etcd's no-space error before Badger runs out of room for its
+// mapped files (which would kill the process), reads and the server go
+// on, and writes resume by themselves once space is freed. It needs a
+// tmpfs of its own, so root; elsewhere it is skipped.
+func TestDiskFull(t *testing.T) {
+	fs := t.TempDir()
+	if err := syscall.Mount("tmpfs", fs, "tmpfs", 0, "size=96m"); err != nil {
+		t.Skipf("cannot mount a size-limited tmpfs here (%v): disk-full behaviour untested", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(fs, 0) })
+	// Space that can be given back later.
+	filler := filepath.Join(fs, "filler")
+	if err := os.WriteFile(filler, make([]byte, 24<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(fs, "data")
+	db, err := badger.Open(badger.Options{Dir: dir, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, cli := serveOn(t, dir, db, server.Config{}, watch.Options{})
+	ctx := ctxT(t)
+
+	value := strings.Repeat("v", 8<<10)
+	var last string
+	for i := 0; ; i++ {
+		if i == 20000 {
+			t.Fatal("20,000 writes of 8 KiB went into a 96 MiB file system")
+		}
+		key := fmt.Sprintf("k%05d", i%4000)
+		_, err := cli.Put(ctx, key, value)
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("write %d: %v; want success or %v", i, err, rpctypes.ErrNoSpace)
+		}
+		last = key
+	}
+	if got, err := cli.Get(ctx, last); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("read on a full disk: %v (%v)", got, err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "after", "room"); err != nil {
+		t.Fatalf("a write once there is room again: %v", err)
+	}
+	in.stop()
+	// Everything written is there after a restart on the same disk.
+	db, err = badger.Open(badger.Options{Dir: dir, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cli = serveOn(t, dir, db, server.Config{}, watch.Options{})
+	if got, err := cli.Get(ctx, "after"); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("after a restart: %v (%v)", got, err)
 	}
 }
