@@ -3,6 +3,7 @@ module github.com/settdb/sett
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/klauspost/compress v1.20.1
 	github.com/lmittmann/tint v1.2.1
