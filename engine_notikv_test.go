@@ -3,6 +3,10 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,5 +36,43 @@ func TestEngineTiKVNeedsTag(t *testing.T) {
 		if log := sett.logTail(); !strings.Contains(log, c.want) {
 			t.Fatalf("--engine %s: no %q in:\n%s", c.engine, c.want, log)
 		}
+	}
+}
+
+// TestDamagedDataDirRefused: sett refuses to serve a data directory
+// whose table file was cut short, says which file and how to recover,
+// and does not crash.
+func TestDamagedDataDirRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	addr := freePort(t)
+	s := startChild(t, dir, addr)
+	cli := newClient(t, addr)
+	for i := range 2000 {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("k%04d", i), strings.Repeat("v", 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.stop() // Badger writes its memtables out as tables on close
+	tables, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+	if len(tables) == 0 {
+		t.Fatal("no table files after a clean stop")
+	}
+	fi, err := os.Stat(tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(tables[0], fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	sett := spawn(t, "serve", "--data-dir", dir, "--listen-client-urls", "http://"+freePort(t), "--log-format", "json")
+	select {
+	case <-sett.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sett serves a damaged data directory")
+	}
+	log := sett.logTail()
+	if sett.err == nil || !strings.Contains(log, "data directory damaged") ||
+		!strings.Contains(log, filepath.Base(tables[0])) || !strings.Contains(log, "sett snapshot restore") {
+		t.Fatalf("sett on a damaged data directory: exit %v\n%s", sett.err, log)
 	}
 }

@@ -20,6 +20,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "data-dir", Value: "./sett.data", Usage: "data directory"},
 		&cli.StringFlag{Name: "engine", Value: "badger", Usage: "storage engine: badger, or tikv (a binary built with -tags tikv)"},
 		&cli.StringFlag{Name: "tikv-pd-endpoints", Usage: "with --engine tikv: comma-separated PD addresses host:port, or mock://DIR for client-go's in-process mock cluster (trials and tests only)"},
+		&cli.StringFlag{Name: "initial-cluster-token", Usage: "with --engine tikv: the cluster's name; members with the same token report the same cluster ID (default sett)"},
 		&cli.DurationFlag{Name: "election-lease", Value: 2 * time.Second, Usage: "with --engine tikv: how long an elected leader holds leadership without renewing it; a leader that stops is replaced after about 1.5x this"},
 		&cli.StringFlag{Name: "listen-client-urls", Value: "http://127.0.0.1:2379", Usage: "comma-separated URLs to serve clients on: http(s)://host:port, unix(s):///path"},
 		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients"},
@@ -83,7 +84,7 @@ var (
 		"client-cert-allowed-hostname-check",
 	}
 	ignoredValues = []string{
-		"initial-cluster", "initial-cluster-state", "initial-cluster-token", "initial-advertise-peer-urls",
+		"initial-cluster", "initial-cluster-state", "initial-advertise-peer-urls",
 		"listen-peer-urls", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-crl-file",
 		"peer-cert-allowed-cn", "peer-cert-allowed-hostname", "client-crl-file", "client-cert-allowed-cn",
 		"snapshot-count", "heartbeat-interval", "election-timeout", "max-snapshots", "max-wals", "wal-dir",

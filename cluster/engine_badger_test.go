@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
@@ -29,3 +30,6 @@ var largeKeyPad = ""
 // skipLarge is why TestDeposedMidLargeRequest would not run on this
 // engine; it runs on Badger.
 const skipLarge = ""
+
+// failoverBound is how soon TestFailover wants a new leader agreed on.
+const failoverBound = 5 * time.Second

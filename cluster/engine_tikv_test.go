@@ -5,6 +5,7 @@ package cluster
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/tikv"
@@ -41,3 +42,10 @@ var largeKeyPad = strings.Repeat("k", 1024)
 // resolve the slow transactions' locks). The Badger run covers the same
 // logic, which does not depend on the engine.
 const skipLarge = "the mock cluster under -race loses the large transactions' locks; covered on Badger"
+
+// failoverBound is how soon TestFailover wants a new leader agreed on.
+// Every step of an election is a transaction on the mock cluster, which
+// under the race detector and beside other tests takes tens of
+// milliseconds rather than microseconds: a bound for a slow machine, not
+// a figure for a real cluster (see docs/CLUSTERING.md).
+const failoverBound = 10 * time.Second

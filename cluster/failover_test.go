@@ -306,7 +306,7 @@ func TestFailover(t *testing.T) {
 	}
 	stopped := time.Now()
 	leader.stop()
-	next := awaitLeader(t, survivors, 3*time.Second)
+	next := awaitLeader(t, survivors, failoverBound)
 	took := time.Since(stopped)
 	t.Logf("new leader %s after %v", next.name, took)
 	mu.Lock()

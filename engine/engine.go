@@ -30,6 +30,11 @@ var (
 	// its answer mid-commit). It is neither success nor conflict: the
 	// caller must read the state back to learn which.
 	ErrUndetermined = errors.New("engine: commit outcome undetermined")
+	// ErrDurability is returned by Commit when a local engine could not
+	// write or sync the commit (an I/O error of the disk). What the disk
+	// holds is unknown until the engine is opened again, which replays
+	// its log: the commit may be there or not, but not in part.
+	ErrDurability = errors.New("engine: commit could not be made durable")
 )
 
 // Engine is an ordered key-value store.

@@ -40,6 +40,10 @@ var (
 	// ErrTooLarge is returned for a single request too large to commit at
 	// once in the engine.
 	ErrTooLarge = errors.New("mvcc: request too large for one transaction")
+	// ErrBroken is returned for every write after a commit failed in a
+	// way that leaves the engine's durable state unknown; reads go on.
+	// Reopening the store (restarting sett) recovers.
+	ErrBroken = errors.New("mvcc: store takes no writes after a failed commit; restart to recover")
 )
 
 // Event is one change, as a watcher sees it.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/settdb/sett/engine"
@@ -226,12 +227,27 @@ func (s *Store) commitFailed(t *term, err error, rev int64, applied uint64, requ
 		}
 		s.log.Warn("commit outcome was unknown; it did not land", "revision", rev, "requests", requests)
 		return ErrNotCommitted
+	case errors.Is(err, engine.ErrDurability):
+		// The batch may be on disk or not, and the engine may not take
+		// more: writing on could acknowledge what a restart loses.
+		// Reads of what was committed before go on.
+		s.broken = fmt.Errorf("%w: %w", ErrBroken, err)
+		s.log.Error("commit failed: the disk did not take it, so what it holds is unknown. "+
+			"sett takes no more writes and keeps serving reads; check the disk (dmesg, df), "+
+			"then restart sett, which recovers the last durable state",
+			"error", err, "revision", rev, "requests", requests)
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	case errors.Is(err, engine.ErrConflict) && t.fence != nil:
 		// Only the fence can conflict: the leader is the only writer of
 		// everything else a batch reads.
 		s.log.Warn("commit fenced off: another member was elected", "revision", rev, "requests", requests)
 		s.depose(t, "fenced off")
 		return fmt.Errorf("%w: %w", ErrNotCommitted, err)
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		// The engine says when the disk fills and when it has room
+		// again; each refused batch needs no line of its own.
+		return err
 	}
 	s.log.Error("commit failed", "error", err, "requests", requests)
 	return err
@@ -297,7 +313,7 @@ func (s *Store) commitLarge(req *request) {
 		}
 		err = tx.finish(stateRecord(rev, applied))
 	}
-	if errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrConflict) && t.fence != nil {
+	if errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrConflict) && t.fence != nil {
 		err = s.commitFailed(t, err, rev, applied, 1)
 	}
 	if err != nil {
@@ -305,9 +321,10 @@ func (s *Store) commitLarge(req *request) {
 		for i := len(undos) - 1; i >= 0; i-- {
 			undos[i]()
 		}
-		if s.term.Load() == nil {
+		if s.term.Load() == nil || s.broken != nil {
 			// Deposed midway: the next leader takes the partial writes
-			// back (see Lead), and this member may not write.
+			// back (see Lead), and this member may not write. Or the
+			// disk failed: opening the store again takes them back.
 			req.done <- result{err: err}
 			return
 		}

@@ -87,7 +87,7 @@ func newAuthSide(t *testing.T, name, addr string) *authSide {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &authSide{target{name, pb.NewKVClient(conn), conn}, map[string]string{}}
+	return &authSide{newTarget(name, conn), map[string]string{}}
 }
 
 // authGen draws auth requests; KV requests come from gen.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/settdb/sett/server"
 )
@@ -43,6 +45,9 @@ type gen struct {
 	lastTxn     *pb.TxnRequest
 	lastCompact *pb.CompactionRequest
 	lastLease   *leaseOp
+	// chosen counts the leases granted without an ID, whose IDs the
+	// servers chose; the generator names them firstChosen, firstChosen+1...
+	chosen int
 
 	// nonEmpty keeps range ends after their keys: for an empty range
 	// etcd's permission check depends on the shape of its interval tree
@@ -125,7 +130,7 @@ func (g *gen) rangeReq() *pb.RangeRequest {
 
 func (g *gen) putReq(inTxn bool) *pb.PutRequest {
 	r := &pb.PutRequest{Key: g.key(), Value: g.value(), PrevKv: g.r.Intn(2) == 0}
-	if g.r.Intn(4) == 0 {
+	if g.r.Intn(3) == 0 {
 		r.Lease = g.leaseID()
 	}
 	if inTxn {
@@ -168,7 +173,9 @@ func (g *gen) compare() *pb.Compare {
 	case pb.Compare_VALUE:
 		c.TargetUnion = &pb.Compare_Value{Value: g.value()}
 	case pb.Compare_LEASE:
-		c.TargetUnion = &pb.Compare_Lease{Lease: 0}
+		// Lease IDs compare by number: GREATER and LESS take the same
+		// branch on both servers only if both number leases alike.
+		c.TargetUnion = &pb.Compare_Lease{Lease: g.leaseID()}
 	}
 	return c
 }
@@ -204,6 +211,92 @@ type target struct {
 	name string
 	kv   pb.KVClient
 	conn *grpc.ClientConn
+	ids  *leaseIDs
+}
+
+func newTarget(name string, conn *grpc.ClientConn) target {
+	return target{name, pb.NewKVClient(conn), conn, newLeaseIDs()}
+}
+
+// firstChosen is the generator's name for the first lease a server
+// chose the ID of; explicit IDs stay below it.
+const firstChosen = 1000
+
+// leaseIDs translates between the generator's lease IDs and one
+// server's. A lease granted with an ID keeps it on both servers; a lease
+// granted without one gets an ID of each server's choosing, and the
+// generator names it by the order of such grants. Requests go out with
+// the server's IDs and answers are compared with the generator's, so a
+// difference in how the servers number leases shows where it matters:
+// in the order compares see (LEASE(key) > ID), not in the numbers.
+type leaseIDs struct {
+	mu         sync.Mutex
+	toServer   map[int64]int64
+	fromServer map[int64]int64
+}
+
+func newLeaseIDs() *leaseIDs {
+	return &leaseIDs{toServer: make(map[int64]int64), fromServer: make(map[int64]int64)}
+}
+
+// chose records the ID the server chose for the next lease granted
+// without one.
+func (l *leaseIDs) chose(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name := firstChosen + int64(len(l.toServer))
+	l.toServer[name], l.fromServer[id] = id, name
+}
+
+// count returns how many leases the server chose the IDs of.
+func (l *leaseIDs) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.toServer)
+}
+
+func (l *leaseIDs) server(id int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.toServer[id]; ok {
+		return s
+	}
+	return id
+}
+
+func (l *leaseIDs) generator(id int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g, ok := l.fromServer[id]; ok {
+		return g
+	}
+	return id
+}
+
+// remapLeases rewrites every lease ID in m (the lease of a key-value, a
+// put or a compare; the ID of a lease request, answer or status) with f.
+func remapLeases(m proto.Message, f func(int64) int64) {
+	var walk func(m protoreflect.Message)
+	walk = func(m protoreflect.Message) {
+		var ids []protoreflect.FieldDescriptor
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Message() != nil:
+				for i := range v.List().Len() {
+					walk(v.List().Get(i).Message())
+				}
+			case fd.Message() != nil && !fd.IsMap():
+				walk(v.Message())
+			case fd.Kind() == protoreflect.Int64Kind && (fd.Name() == "lease" || fd.Name() == "ID"):
+				ids = append(ids, fd)
+			}
+			return true
+		})
+		for _, fd := range ids {
+			m.Set(fd, protoreflect.ValueOfInt64(f(m.Get(fd).Int())))
+		}
+	}
+	walk(m.ProtoReflect())
 }
 
 func (t target) lease() pb.LeaseClient { return pb.NewLeaseClient(t.conn) }
@@ -218,13 +311,23 @@ type leaseOp struct {
 	keys bool
 }
 
-func (g *gen) leaseID() int64 { return int64(g.r.Intn(5)) }
+// leaseID is a lease granted with its ID (1-4), one granted without
+// (firstChosen on), or none (0).
+func (g *gen) leaseID() int64 {
+	if g.chosen > 0 && g.r.Intn(4) != 0 {
+		return firstChosen + int64(g.r.Intn(g.chosen))
+	}
+	return int64(g.r.Intn(5))
+}
 
 func (g *gen) leaseReq() *leaseOp {
 	op := &leaseOp{id: g.leaseID()}
 	switch n := g.r.Intn(10); {
 	case n < 4:
 		op.kind, op.ttl = "grant", []int64{60, 100, 9000000001}[g.r.Intn(3)]
+		if g.r.Intn(2) == 0 {
+			op.id = 0 // the server chooses
+		}
 	case n < 6:
 		op.kind = "revoke"
 	case n < 7:
@@ -237,33 +340,34 @@ func (g *gen) leaseReq() *leaseOp {
 	return op
 }
 
-// callLease sends a lease request. Remaining TTLs depend on timing, so a
-// TimeToLive answer within two seconds of its granted TTL is shown as
-// the granted TTL; etcd lists leases in no particular order, so the IDs
-// are sorted.
+// callLease sends a lease request, with the server's lease IDs. Remaining
+// TTLs depend on timing, so a TimeToLive answer within two seconds of
+// its granted TTL is shown as the granted TTL; etcd lists leases in no
+// particular order, so the list is sorted by the generator's IDs.
 func callLease(ctx context.Context, t target, op *leaseOp) (proto.Message, error) {
 	lc := t.lease()
+	id := t.ids.server(op.id)
 	switch op.kind {
 	case "grant":
-		r, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: op.id, TTL: op.ttl})
-		if err == nil && op.id == 0 {
-			r.ID = 0 // chosen by the server: any free ID will do
+		r, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: op.ttl})
+		if err == nil && id == 0 {
+			t.ids.chose(r.ID)
 		}
 		return r, err
 	case "revoke":
-		return lc.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: op.id})
+		return lc.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id})
 	case "keepalive":
 		s, err := lc.LeaseKeepAlive(ctx)
 		if err != nil {
 			return nil, err
 		}
 		defer s.CloseSend()
-		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: op.id}); err != nil {
+		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
 			return nil, err
 		}
 		return s.Recv()
 	case "ttl":
-		r, err := lc.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: op.id, Keys: op.keys})
+		r, err := lc.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: id, Keys: op.keys})
 		if err == nil && r.TTL >= r.GrantedTTL-2 && r.TTL <= r.GrantedTTL {
 			r.TTL = r.GrantedTTL
 		}
@@ -274,11 +378,7 @@ func callLease(ctx context.Context, t target, op *leaseOp) (proto.Message, error
 	default:
 		r, err := lc.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
 		if err == nil {
-			for _, l := range r.Leases {
-				if l.ID > 1000 {
-					l.ID = 0 // one the server chose
-				}
-			}
+			remapLeases(r, t.ids.generator)
 			slices.SortFunc(r.Leases, func(a, b *pb.LeaseStatus) int { return cmp.Compare(a.ID, b.ID) })
 		}
 		return r, err
@@ -286,21 +386,26 @@ func callLease(ctx context.Context, t target, op *leaseOp) (proto.Message, error
 }
 
 // call sends one random request and returns its response or error as
-// comparable text.
+// comparable text, with the generator's lease IDs.
 func (g *gen) call(ctx context.Context, op int, t target) (string, *pb.ResponseHeader) {
 	var resp proto.Message
 	var err error
+	toServer := func(m proto.Message) proto.Message {
+		m = proto.Clone(m)
+		remapLeases(m, t.ids.server)
+		return m
+	}
 	switch op {
 	case 0:
 		resp, err = t.kv.Range(ctx, g.lastRange)
 	case 1:
 		resp, err = rangeStream(ctx, t.kv, g.lastRange)
 	case 2:
-		resp, err = t.kv.Put(ctx, g.lastPut)
+		resp, err = t.kv.Put(ctx, toServer(g.lastPut).(*pb.PutRequest))
 	case 3:
 		resp, err = t.kv.DeleteRange(ctx, g.lastDelete)
 	case 4:
-		resp, err = t.kv.Txn(ctx, g.lastTxn)
+		resp, err = t.kv.Txn(ctx, toServer(g.lastTxn).(*pb.TxnRequest))
 	case 5:
 		resp, err = t.kv.Compact(ctx, g.lastCompact)
 	case 6:
@@ -310,6 +415,7 @@ func (g *gen) call(ctx context.Context, op int, t target) (string, *pb.ResponseH
 		s, _ := status.FromError(err)
 		return fmt.Sprintf("error %s: %s", s.Code(), s.Message()), nil
 	}
+	remapLeases(resp, t.ids.generator)
 	h := normalize(resp)
 	return prototext.MarshalOptions{Multiline: true}.Format(resp), h
 }
@@ -400,7 +506,7 @@ func TestDifferential(t *testing.T) {
 			_, sett := startSett(t, "", server.Config{})
 			// Every seed starts from an empty etcd key space; the revision
 			// carries on, so sett is first brought to the same revision.
-			ref := target{"etcd", pb.NewKVClient(etcd.ActiveConnection()), etcd.ActiveConnection()}
+			ref := newTarget("etcd", etcd.ActiveConnection())
 			ls, err := etcd.Leases(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -430,7 +536,7 @@ func TestDifferential(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sut := target{"sett", pb.NewKVClient(sett.ActiveConnection()), sett.ActiveConnection()}
+			sut := newTarget("sett", sett.ActiveConnection())
 			compacted = runDiff(ctx, t, seed, ref, sut, compacted, diffOps)
 		})
 	}
@@ -447,7 +553,7 @@ func runDiff(ctx context.Context, t *testing.T, seed int64, ref, sut target, com
 	g.rev, g.floor = st.Header.Revision, st.Header.Revision
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	refWatch, sutWatch := openWatchLog(wctx, t, ref.conn), openWatchLog(wctx, t, sut.conn)
+	refWatch, sutWatch := openWatchLog(wctx, t, ref), openWatchLog(wctx, t, sut)
 	plans := diffWatchPlans(n)
 	for i := range n {
 		created := false
@@ -478,6 +584,7 @@ func runDiff(ctx context.Context, t *testing.T, seed int64, ref, sut target, com
 		if op == 5 && wh != nil {
 			g.compact = max(g.compact, g.lastCompact.Revision)
 		}
+		g.chosen = ref.ids.count()
 	}
 	if seed <= 2 {
 		g.rev = expireLease(ctx, t, ref, sut)

@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/settdb/sett/auth"
+	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/ttl"
 )
@@ -41,8 +43,14 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseExist
 	case errors.Is(err, ttl.ErrTTLTooLarge):
 		return rpctypes.ErrGRPCLeaseTTLTooLarge
-	case errors.Is(err, mvcc.ErrClosed):
+	case errors.Is(err, mvcc.ErrClosed), errors.Is(err, mvcc.ErrBroken):
 		return rpctypes.ErrGRPCStopped
+	case errors.Is(err, syscall.ENOSPC):
+		// The disk is (nearly) full; the write was not applied.
+		return rpctypes.ErrGRPCNoSpace
+	case errors.Is(err, engine.ErrDurability):
+		// The write may or may not have reached the disk.
+		return rpctypes.ErrGRPCTimeout
 	case errors.Is(err, mvcc.ErrNotLeader), errors.Is(err, mvcc.ErrNotCommitted):
 		// Certainly not applied: leadership moved under the request.
 		return rpctypes.ErrGRPCLeaderChanged

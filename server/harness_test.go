@@ -63,6 +63,18 @@ func startSettTokens(t testing.TB, dir string, cfg server.Config, wo watch.Optio
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOnTokens(t, dir, db, cfg, wo, tokenOpts)
+}
+
+// serveOn is startSettWith on an engine already open over dir.
+func serveOn(t testing.TB, dir string, db engine.Engine, cfg server.Config, wo watch.Options) (*instance, *clientv3.Client) {
+	t.Helper()
+	return serveOnTokens(t, dir, db, cfg, wo, "simple")
+}
+
+// serveOnTokens is serveOn whose auth makes tokens as tokenOpts says.
+func serveOnTokens(t testing.TB, dir string, db engine.Engine, cfg server.Config, wo watch.Options, tokenOpts string) (*instance, *clientv3.Client) {
+	t.Helper()
 	hub := watch.NewHub(wo)
 	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	bdg "github.com/dgraph-io/badger/v4"
@@ -51,7 +53,19 @@ type Options struct {
 	// members sharing one engine do, so that a deposed leader's batch,
 	// which read the leader record before a new leader rewrote it, fails.
 	DetectConflicts bool
+	// DiskReserve is the free space of the data directory's file system
+	// below which commits are refused with ENOSPC; zero means
+	// DefaultDiskReserve, negative none. Badger writes its files through
+	// memory mappings, and a page it cannot place on a full disk kills
+	// the process (SIGBUS); the reserve is the room its flushes and
+	// compactions still need once writes stop.
+	DiskReserve int64
 }
+
+// DefaultDiskReserve is the free space commits leave on the data
+// directory's file system when Options gives none: room for a new
+// memtable file, its flush and a compaction of the first levels.
+const DefaultDiskReserve = 64 << 20
 
 // DefaultMemTableSize is the memtable size when Options gives none.
 const DefaultMemTableSize = 4 << 20
@@ -67,6 +81,14 @@ type DB struct {
 	gate sync.RWMutex
 	// gc runs one GC at a time.
 	gc sync.Mutex
+
+	// reserve is Options.DiskReserve, 0 for none. free is the free
+	// space last read, at freeAt (Unix nanoseconds); low is set while it
+	// is below the reserve. See roomFor.
+	reserve      int64
+	free, freeAt atomic.Int64
+	low          atomic.Bool
+	log          *slog.Logger
 
 	stopTrim  chan struct{} // closed by Close
 	trimDone  chan struct{}
@@ -110,10 +132,19 @@ func Open(o Options) (*DB, error) {
 		WithValueThreshold(min(1<<20, memTable/8)).
 		WithNumCompactors(2).
 		WithCompression(options.None).
+		// Every table is read through and its checksums verified when the
+		// store opens, so a damaged file is refused at start rather than
+		// served; a store for one small cluster reads in milliseconds.
+		WithChecksumVerificationMode(options.OnTableRead).
 		WithMetricsEnabled(false).
 		WithLogger(logger{o.Logger})
 	if o.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
+	}
+	if !o.InMemory {
+		if err := checkTables(o.Dir); err != nil {
+			return nil, err
+		}
 	}
 	db, err := bdg.Open(opts)
 	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
@@ -122,7 +153,18 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
-	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{})}
+	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if !o.InMemory {
+		switch {
+		case o.DiskReserve == 0:
+			d.reserve = DefaultDiskReserve
+		case o.DiskReserve > 0:
+			d.reserve = o.DiskReserve
+		}
+	}
 	if !o.InMemory {
 		d.dir = o.Dir
 	}
@@ -175,7 +217,7 @@ func (d *DB) Begin() (engine.Txn, error) {
 	if d.db.IsClosed() {
 		return nil, engine.ErrClosed
 	}
-	return &txn{reader: reader{txn: d.db.NewTransaction(true)}, gate: &d.gate}, nil
+	return &txn{reader: reader{txn: d.db.NewTransaction(true)}, db: d}, nil
 }
 
 // Size implements engine.Engine: the bytes the files of the data
@@ -382,7 +424,7 @@ func (i *iterator) Close() { i.it.Close() }
 
 type txn struct {
 	reader
-	gate     *sync.RWMutex
+	db       *DB
 	conflict bool
 }
 
@@ -414,16 +456,61 @@ func (t *txn) Commit(ctx context.Context) error {
 		t.txn.Discard()
 		return err
 	}
-	t.gate.RLock()
-	err := t.txn.Commit()
-	t.gate.RUnlock()
-	if err != nil {
-		return fmt.Errorf("commit: %w", mapErr(err))
+	if err := t.db.roomFor(); err != nil {
+		t.txn.Discard()
+		return fmt.Errorf("commit: %w", err)
 	}
-	return nil
+	t.db.gate.RLock()
+	err := t.txn.Commit()
+	t.db.gate.RUnlock()
+	if err == nil {
+		return nil
+	}
+	mapped := mapErr(err)
+	switch {
+	case mapped != err, errors.Is(err, bdg.ErrBlockedWrites):
+		return fmt.Errorf("commit: %w", mapped)
+	case errors.Is(err, syscall.ENOSPC):
+		// Nothing was written that a later commit would depend on:
+		// once there is room again, commits go through.
+		return fmt.Errorf("commit: %w", err)
+	}
+	return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
 }
 
 func (t *txn) Discard() { t.txn.Discard() }
+
+// roomFor refuses a commit while the data directory's file system has
+// less free space than the reserve, so that Badger never writes a page
+// of a mapped file the disk has no block for. Writes go on by themselves
+// once there is room again. The free space is read at most every 100 ms
+// while it is well above the reserve, and at every commit near it.
+func (d *DB) roomFor() error {
+	if d.reserve <= 0 {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	if now-d.freeAt.Load() < int64(100*time.Millisecond) && d.free.Load() > 2*d.reserve {
+		return nil
+	}
+	free, ok := freeSpace(d.dir)
+	if !ok {
+		return nil
+	}
+	d.free.Store(free)
+	d.freeAt.Store(now)
+	if free >= d.reserve {
+		if d.low.CompareAndSwap(true, false) {
+			d.log.Warn("the data directory's disk has room again; taking writes", "free_bytes", free)
+		}
+		return nil
+	}
+	if d.low.CompareAndSwap(false, true) {
+		d.log.Error("the data directory's disk is nearly full: refusing writes until there is room",
+			"free_bytes", free, "reserve_bytes", d.reserve, "dir", d.dir)
+	}
+	return fmt.Errorf("%w: %d bytes free on the data directory's disk, %d kept in reserve", syscall.ENOSPC, free, d.reserve)
+}
 
 func mapErr(err error) error {
 	switch {

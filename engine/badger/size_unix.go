@@ -14,3 +14,13 @@ func diskUsage(fi os.FileInfo) int64 {
 	}
 	return fi.Size()
 }
+
+// freeSpace is the space unprivileged writers may still use on the file
+// system holding dir.
+func freeSpace(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true
+}
