@@ -149,13 +149,29 @@ func (c *change) deleteRole(s *Store, name string) {
 	c.apply = append(c.apply, func() { delete(s.roles, name) })
 }
 
+// write writes records; the caller holds mu. A caller that goes away
+// does not stop it: a change once queued may still land, as an etcd
+// proposal may still apply, and memory must then agree with the engine.
+// A write that failed may have landed all the same (its outcome unknown),
+// so memory is read back from the engine.
+func (s *Store) write(ctx context.Context, records map[string][]byte) error {
+	err := s.be.WriteAuth(context.WithoutCancel(ctx), records)
+	if err == nil {
+		return nil
+	}
+	if lerr := s.load(); lerr != nil {
+		return fmt.Errorf("write auth: %w (and reading it back: %v)", err, lerr)
+	}
+	return fmt.Errorf("write auth: %w", err)
+}
+
 // commit writes c with the next revision and applies it. The caller
 // holds mu.
 func (s *Store) commit(ctx context.Context, c *change) error {
 	rev := s.rev + 1
 	c.records[recordRevision] = binary.BigEndian.AppendUint64(nil, rev)
-	if err := s.be.WriteAuth(ctx, c.records); err != nil {
-		return fmt.Errorf("write auth: %w", err)
+	if err := s.write(ctx, c.records); err != nil {
+		return err
 	}
 	for _, f := range c.apply {
 		f()
@@ -182,8 +198,8 @@ func (s *Store) Enable(ctx context.Context) error {
 	if !hasRole(u, RootRole) {
 		return ErrRootRoleNotExist
 	}
-	if err := s.be.WriteAuth(ctx, map[string][]byte{recordEnabled: {1}}); err != nil {
-		return fmt.Errorf("write auth: %w", err)
+	if err := s.write(ctx, map[string][]byte{recordEnabled: {1}}); err != nil {
+		return err
 	}
 	s.enabled = true
 	return nil
