@@ -62,7 +62,7 @@ func newJWTTokens(params map[string]string) (*jwtTokens, error) {
 // must be a pair.
 func (t *jwtTokens) loadKeys(pub, priv []byte) error {
 	if len(pub) == 0 && len(priv) == 0 {
-		return errors.New("auth: missing key data")
+		return errors.New("missing key data")
 	}
 	var parsePub, parsePriv func([]byte) (any, error)
 	switch t.method.(type) {
@@ -78,7 +78,7 @@ func (t *jwtTokens) loadKeys(pub, priv []byte) error {
 	case *jwt.SigningMethodHMAC:
 		// One shared secret both signs and verifies.
 		if len(priv) == 0 {
-			return errors.New("auth: missing key data")
+			return errors.New("missing key data")
 		}
 		t.key, t.verify = priv, priv
 		return nil
@@ -107,7 +107,7 @@ func (t *jwtTokens) loadKeys(pub, priv []byte) error {
 	}
 	public := signer.Public()
 	if pubKey != nil && !pubKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(public) {
-		return errors.New("auth: public and private keys don't match")
+		return errors.New("public and private keys do not match")
 	}
 	t.key, t.verify = privKey, public
 	return nil
