@@ -10,6 +10,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 )
@@ -91,4 +92,17 @@ type Iterator interface {
 	Key() []byte
 	Value() ([]byte, error)
 	Close()
+}
+
+// Holds reports whether key holds expect in r (nil expect: key does not
+// exist), the condition PutIf checks.
+func Holds(r Reader, key, expect []byte) (bool, error) {
+	cur, err := r.Get(key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return expect == nil, nil
+	case err != nil:
+		return false, err
+	}
+	return expect != nil && bytes.Equal(cur, expect), nil
 }

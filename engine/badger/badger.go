@@ -433,17 +433,11 @@ func (t *txn) Put(key, value []byte) error { return mapErr(t.txn.Set(key, value)
 func (t *txn) Delete(key []byte) error { return mapErr(t.txn.Delete(key)) }
 
 func (t *txn) PutIf(key, value, expect []byte) error {
-	cur, err := t.Get(key)
-	switch {
-	case errors.Is(err, engine.ErrNotFound):
-		if expect != nil {
-			t.conflict = true
-		}
-	case err != nil:
+	ok, err := engine.Holds(t, key, expect)
+	if err != nil {
 		return err
-	case expect == nil || !bytes.Equal(cur, expect):
-		t.conflict = true
 	}
+	t.conflict = t.conflict || !ok
 	return t.Put(key, value)
 }
 

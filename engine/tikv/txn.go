@@ -3,7 +3,6 @@
 package tikv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,17 +62,11 @@ func (t *txn) Delete(key []byte) error {
 // in the transaction, so TiKV's optimistic check at commit fails the
 // transaction if anyone else committed the key after it began.
 func (t *txn) PutIf(key, value, expect []byte) error {
-	cur, err := t.Get(key)
-	switch {
-	case errors.Is(err, engine.ErrNotFound):
-		if expect != nil {
-			t.conflict = true
-		}
-	case err != nil:
+	ok, err := engine.Holds(t, key, expect)
+	if err != nil {
 		return err
-	case expect == nil || !bytes.Equal(cur, expect):
-		t.conflict = true
 	}
+	t.conflict = t.conflict || !ok
 	return t.Put(key, value)
 }
 
