@@ -100,8 +100,10 @@ func TestFencedOff(t *testing.T) {
 	eng := openShared(t)
 	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
 	ctx := context.Background()
-	elected := time.Now()
 	a.tick(t)
+	// After the tick, not before: while its roles start leading, a
+	// renews the lease, so it runs from the tick's end at the latest.
+	elected := time.Now()
 	if !a.el.IsLeader() {
 		t.Fatal("a did not lead")
 	}
@@ -156,8 +158,10 @@ func TestStaleLeader(t *testing.T) {
 	eng := openShared(t)
 	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
 	ctx := context.Background()
-	elected := time.Now()
 	a.tick(t)
+	// After the tick, not before: while its roles start leading, a
+	// renews the lease, so it runs from the tick's end at the latest.
+	elected := time.Now()
 	waitExpired(elected)
 	b.tick(t)
 	if !b.el.IsLeader() || !a.store.Leading() {
@@ -319,8 +323,10 @@ func TestDeposedMidLargeRequest(t *testing.T) {
 	eng := openShared(t)
 	a, b := newNode(t, eng, 1), newNode(t, eng, 2)
 	ctx := context.Background()
-	elected := time.Now()
 	a.tick(t)
+	// After the tick, not before: while its roles start leading, a
+	// renews the lease, so it runs from the tick's end at the latest.
+	elected := time.Now()
 	const n = 5000
 	for i := 0; i < n; i += 100 {
 		var ops []*pb.RequestOp

@@ -397,8 +397,13 @@ func TestMoveLeaderAndHealth(t *testing.T) {
 	if _, err := leader.cli.MoveLeader(ctx, other.id); err != nil {
 		t.Fatalf("move leader: %v", err)
 	}
-	if !other.el.IsLeader() || other.el.Term() != term+1 {
-		t.Fatalf("after the move: %s leads %v at term %d, want term %d", other.name, other.el.IsLeader(), other.el.Term(), term+1)
+	// MoveLeader returns once the target holds the lease; the target
+	// says it leads once its roles have started leading.
+	for !other.el.IsLeader() || other.el.Term() != term+1 {
+		if ctx.Err() != nil {
+			t.Fatalf("after the move: %s leads %v at term %d, want term %d", other.name, other.el.IsLeader(), other.el.Term(), term+1)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if n := other.el.LeaderChanges(); n != 2 {
 		t.Fatalf("%s saw %d leaders, want 2", other.name, n)
