@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -11,21 +12,32 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// A register per key: puts, linearizable gets and compare-and-swaps
-// (a txn on the key's value), as etcd's robustness tests model its KV.
+// A register per key, with the lease it is attached to: puts (with or
+// without a lease), deletes, linearizable gets, compare-and-swaps (a txn
+// on the key's value) and lease revokes. Each lease is attached to one
+// key only, so a revoke belongs to that key's history.
 type linInput struct {
-	op       string // put, get, cas
+	op       string // put, delete, get, cas, revoke
 	key      string
 	from, to string // cas: from; put and cas: to
+	lease    int64  // put: the lease to attach; revoke: the lease
 }
 
 type linOutput struct {
 	unknown   bool   // the request failed: it may or may not have applied
+	failed    bool   // the request was refused: it did not apply
 	value     string // get
+	lease     int64  // get
 	succeeded bool   // cas
+}
+
+type linState struct {
+	value string // "" when the key does not exist
+	lease int64
 }
 
 var registerModel = porcupine.NondeterministicModel{
@@ -41,41 +53,56 @@ var registerModel = porcupine.NondeterministicModel{
 		}
 		return out
 	},
-	Init: func() []any { return []any{""} },
+	Init: func() []any { return []any{linState{}} },
 	Step: func(state, input, output any) []any {
-		s, in, out := state.(string), input.(linInput), output.(linOutput)
+		s, in, out := state.(linState), input.(linInput), output.(linOutput)
+		if out.failed {
+			return []any{s}
+		}
+		// next is the state if the request applied.
+		var next linState
 		switch in.op {
 		case "get":
-			if out.value == s {
+			if out.value == s.value && out.lease == s.lease {
 				return []any{s}
 			}
 			return nil
 		case "put":
-			if out.unknown {
-				return []any{s, in.to}
+			next = linState{in.to, in.lease}
+		case "delete":
+			next = linState{}
+		case "revoke":
+			next = s
+			if s.lease == in.lease {
+				next = linState{}
 			}
-			return []any{in.to}
+		case "cas":
+			// etcd's value compare fails on a key that does not exist.
+			match := s.value != "" && s.value == in.from
+			switch {
+			case out.unknown && match:
+				return []any{s, linState{in.to, 0}}
+			case out.unknown:
+				return []any{s}
+			case out.succeeded && match:
+				return []any{linState{in.to, 0}}
+			case !out.succeeded && !match:
+				return []any{s}
+			}
+			return nil
 		}
-		// etcd's value compare fails on a key that does not exist.
-		match := s != "" && s == in.from
-		switch {
-		case out.unknown && match:
-			return []any{s, in.to}
-		case out.unknown:
-			return []any{s}
-		case out.succeeded && match:
-			return []any{in.to}
-		case !out.succeeded && !match:
-			return []any{s}
+		if out.unknown {
+			return []any{s, next}
 		}
-		return nil
+		return []any{next}
 	},
 	DescribeOperation: func(input, output any) string {
 		return fmt.Sprintf("%+v -> %+v", input, output)
 	},
 }
 
-// TestLinearizable: clients put, get and compare-and-swap a few keys
+// TestLinearizable: clients put (with and without leases), delete, get
+// and compare-and-swap a few keys and revoke their leases
 // while sett is killed (SIGKILL) and restarted under them; the recorded
 // history, with every failed write taken as possibly applied, must be
 // linearizable (checked with porcupine, as etcd's robustness tests check
@@ -124,6 +151,9 @@ func TestLinearizable(t *testing.T) {
 			cli := newClient(t, addr)
 			r := rand.New(rand.NewPCG(uint64(c), 1))
 			last := map[string]string{}
+			// This client's lease and the one key it attaches it to.
+			var lease int64
+			var leaseKey string
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -132,20 +162,41 @@ func TestLinearizable(t *testing.T) {
 				}
 				in := linInput{key: fmt.Sprintf("lin/%d", r.IntN(3)), to: fmt.Sprintf("c%d-%d", c, n)}
 				octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				if lease == 0 && r.IntN(20) == 0 {
+					if g, err := cli.Grant(octx, 60); err == nil {
+						lease, leaseKey = int64(g.ID), in.key
+					}
+				}
 				call := now()
 				var out linOutput
 				var err error
-				switch p := r.IntN(10); {
-				case p < 4:
+				switch p := r.IntN(20); {
+				case p < 7:
 					in.op = "get"
 					var resp *clientv3.GetResponse
 					if resp, err = cli.Get(octx, in.key); err == nil && len(resp.Kvs) == 1 {
-						out.value = string(resp.Kvs[0].Value)
+						out.value, out.lease = string(resp.Kvs[0].Value), resp.Kvs[0].Lease
 						last[in.key] = out.value
 					}
-				case p < 7:
+				case p < 12:
 					in.op = "put"
-					_, err = cli.Put(octx, in.key, in.to)
+					if lease != 0 && r.IntN(2) == 0 {
+						in.key, in.lease = leaseKey, lease
+					}
+					_, err = cli.Put(octx, in.key, in.to, clientv3.WithLease(clientv3.LeaseID(in.lease)))
+					if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+						err, out.failed = nil, true
+					}
+				case p < 14:
+					in.op = "delete"
+					_, err = cli.Delete(octx, in.key)
+				case p < 15 && lease != 0:
+					in.op, in.key, in.lease = "revoke", leaseKey, lease
+					_, err = cli.Revoke(octx, clientv3.LeaseID(lease))
+					if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+						err, out.failed = nil, true
+					}
+					lease = 0
 				default:
 					in.op, in.from = "cas", last[in.key]
 					var resp *clientv3.TxnResponse
@@ -186,15 +237,17 @@ func TestLinearizable(t *testing.T) {
 		t.Fatalf("history of %d operations is %s (visualized in %s)", len(history), res, path)
 	}
 	acked, unknown := 0, 0
+	kinds := map[string]int{}
 	for _, op := range history {
+		kinds[op.Input.(linInput).op]++
 		switch in, out := op.Input.(linInput), op.Output.(linOutput); {
 		case out.unknown:
 			unknown++
-		case in.op != "get":
+		case in.op != "get" && !out.failed:
 			acked++
 		}
 	}
-	t.Logf("%d operations, %d writes acknowledged, %d of unknown outcome", len(history), acked, unknown)
+	t.Logf("%d operations %v, %d writes acknowledged, %d of unknown outcome", len(history), kinds, acked, unknown)
 	if acked < 100 {
 		t.Fatalf("only %d writes acknowledged: too few to tell anything", acked)
 	}
