@@ -9,7 +9,7 @@ BENCH_FLAGS ?=
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 3m
 
-.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage e2e fuzz
+.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage k8s-storage-tikv e2e fuzz
 
 build:
 	$(GO) build -o bin/sett .
@@ -66,6 +66,13 @@ bench-inproc:
 # change the run.
 k8s-storage:
 	GO=$(GO) testdata/k8s/run.sh
+
+# The same suites (built with -tags tikv) against sett on TiKV's
+# in-process mock cluster: one sett (tikv), and three clustered members on
+# one mock cluster with the client's requests spread over them (tikv3),
+# each compared with etcd's run of the same binary.
+k8s-storage-tikv:
+	GO=$(GO) testdata/k8s/run.sh etcd tikv tikv3
 
 # A real control plane on sett: kube-apiserver, kube-controller-manager and
 # kubectl built from k8s.io/kubernetes (pinned in testdata/e2e/k8s), driven
