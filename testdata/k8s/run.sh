@@ -38,6 +38,8 @@
 #   SETT_K8S_ENGINE        badger (default) or tikv, for the sett server
 #   SETT_K8S_MEMBERS       how many members the sett server runs (default
 #                          1; more need SETT_K8S_ENGINE=tikv)
+#   SETT_K8S_ELECTION_LEASE  the members' election lease (default sett's,
+#                          2s); with -race on the mock cluster, use 10s
 # Results (go test -json) land in testdata/k8s/work/results/; the summary is
 # printed at the end. The exit status is 1 when a test passes against etcd
 # but not against sett.
