@@ -24,12 +24,13 @@ bin/etcdctl: testdata/etcdctl/go.mod testdata/etcdctl/go.sum
 	cd testdata/etcdctl && GOWORK=off $(GO) build -o $(CURDIR)/bin/etcdctl go.etcd.io/etcd/etcdctl/v3
 
 # sett's own packages under the race detector, and Kubernetes' storage
-# suites against sett and etcd (k8s-storage), side by side: the suites
-# mostly wait, so together they take little longer than the slower one.
-# test-tikv runs in the first free slot.
+# suites against etcd, sett, and three sett members on TiKV's mock cluster
+# (k8s-storage), side by side: the suites mostly wait, so together they
+# take little longer than the slowest. test-tikv runs in the first free
+# slot.
 test: bin/etcdctl
 	$(GO) vet ./...
-	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv
+	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv K8S_SERVERS='etcd sett tikv3'
 
 test-sett: bin/etcdctl
 	SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
@@ -63,9 +64,10 @@ bench-inproc:
 # pkg/storage/cacher), run against sett and against an embedded etcd; fails
 # if a test passes against etcd but not against sett. K8S_RUN, K8S_FLAGS
 # (e.g. -race) and the others that testdata/k8s/run.sh lists narrow or
-# change the run.
+# change the run; K8S_SERVERS lists the servers (run.sh's arguments).
+K8S_SERVERS ?= etcd sett
 k8s-storage:
-	GO=$(GO) testdata/k8s/run.sh
+	GO=$(GO) testdata/k8s/run.sh $(K8S_SERVERS)
 
 # The same suites (built with -tags tikv) against sett on TiKV's
 # in-process mock cluster: one sett (tikv), and three clustered members on
