@@ -24,13 +24,12 @@ bin/etcdctl: testdata/etcdctl/go.mod testdata/etcdctl/go.sum
 	cd testdata/etcdctl && GOWORK=off $(GO) build -o $(CURDIR)/bin/etcdctl go.etcd.io/etcd/etcdctl/v3
 
 # sett's own packages under the race detector, and Kubernetes' storage
-# suites against etcd, sett, and three sett members on TiKV's mock cluster
-# (k8s-storage), side by side: the suites mostly wait, so together they
-# take little longer than the slowest. test-tikv runs in the first free
-# slot.
+# suites against sett and etcd (k8s-storage), side by side: the suites
+# mostly wait, so together they take little longer than the slower one.
+# test-tikv runs in the first free slot.
 test: bin/etcdctl
 	$(GO) vet ./...
-	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv K8S_SERVERS='etcd sett tikv3'
+	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv
 
 test-sett: bin/etcdctl
 	SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
@@ -72,7 +71,9 @@ k8s-storage:
 # The same suites (built with -tags tikv) against sett on TiKV's
 # in-process mock cluster: one sett (tikv), and three clustered members on
 # one mock cluster with the client's requests spread over them (tikv3),
-# each compared with etcd's run of the same binary.
+# each compared with etcd's run of the same binary. Not part of `test`: on
+# a machine loaded far past its cores the members' 2s election lease can
+# run out, and tests then fail on "no leader" (docs/CLUSTERING.md).
 k8s-storage-tikv:
 	GO=$(GO) testdata/k8s/run.sh etcd tikv tikv3
 
