@@ -12,7 +12,18 @@
 # local source. Each suite is built once and run against both servers, all
 # runs at the same time: the tests spend most of their time waiting.
 #
-# Usage: testdata/k8s/run.sh [both|sett|etcd]      (default both)
+# Usage: testdata/k8s/run.sh [both | SERVER...]      (default both)
+# where both is etcd and sett, and a SERVER is one of
+#   etcd    a real embedded etcd
+#   sett    one sett on Badger (or as SETT_K8S_ENGINE and
+#           SETT_K8S_MEMBERS below say)
+#   tikv    one sett on TiKV's in-process mock cluster, as
+#           sett serve --engine tikv --tikv-pd-endpoints mock://DIR
+#   tikvN   N clustered sett members on one mock cluster (e.g. tikv3),
+#           the client given every member's URL (clientv3 spreads its
+#           calls over them round-robin)
+# The tikv servers need the tests built with -tags tikv, which the script
+# adds when one of them is asked for or SETT_K8S_ENGINE=tikv.
 # Environment:
 #   K8S_APISERVER_VERSION  k8s.io/apiserver version (default v0.37.2)
 #   K8S_SUITES             suites to run, of: etcd3 cacher (default both)
@@ -24,6 +35,11 @@
 #   SETT_K8S_INMEMORY=1    run sett on an in-memory Badger (no fsync), as
 #                          the etcd test server runs with UnsafeNoFsync
 #   SETT_K8S_LOG=1         send sett's warnings to the test log
+#   SETT_K8S_ENGINE        badger (default) or tikv, for the sett server
+#   SETT_K8S_MEMBERS       how many members the sett server runs (default
+#                          1; more need SETT_K8S_ENGINE=tikv)
+#   SETT_K8S_ELECTION_LEASE  the members' election lease (default sett's,
+#                          2s); with -race on the mock cluster, use 10s
 # Results (go test -json) land in testdata/k8s/work/results/; the summary is
 # printed at the end. The exit status is 1 when a test passes against etcd
 # but not against sett.
@@ -37,12 +53,17 @@ suites=${K8S_SUITES:-etcd3 cacher}
 timeout=${K8S_TIMEOUT:-20m}
 sett_src=$(cd "${SETT_SRC:-$root}" && pwd)
 work=$here/work
-backends=${1:-both}
-case $backends in
-both) backends="etcd sett" ;;
-sett | etcd) ;;
-*) echo "usage: $0 [both|sett|etcd]" >&2; exit 2 ;;
-esac
+backends=${*:-both}
+[ "$backends" = both ] && backends="etcd sett"
+tags=
+[ "${SETT_K8S_ENGINE:-}" = tikv ] && tags=tikv
+for b in $backends; do
+	case $b in
+	sett | etcd) ;;
+	tikv | tikv[1-9] | tikv[1-9][0-9]) tags=tikv ;;
+	*) echo "usage: $0 [both | etcd | sett | tikv | tikvN ...]" >&2; exit 2 ;;
+	esac
+done
 export GOWORK=off
 
 pkg_of() {
@@ -71,6 +92,7 @@ rm -rf "$work/src"
 cp -r "$src" "$work/src"
 chmod -R u+w "$work/src"
 cp "$here/testserver.go.sett" "$work/src/pkg/storage/etcd3/testserver/test_server.go"
+cp "$here/tikv.go.sett" "$work/src/pkg/storage/etcd3/testserver/tikv.go"
 stamp="$version $(sha256sum "$sett_src/go.mod" | cut -d' ' -f1) $sett_src"
 if [ -f "$work/go.mod.stamp" ] && [ "$(cat "$work/go.mod.stamp")" = "$stamp" ]; then
 	cp "$work/go.mod.kept" "$work/src/go.mod"
@@ -87,7 +109,7 @@ for suite in $suites; do
 	pkg=$(pkg_of "$suite")
 	step "build $suite"
 	# shellcheck disable=SC2086
-	(cd "$work/src" && "$GO" test -mod=mod -c ${K8S_FLAGS:-} -o "$work/bin/$suite.test" "./$pkg")
+	(cd "$work/src" && "$GO" test -mod=mod -c ${tags:+-tags $tags} ${K8S_FLAGS:-} -o "$work/bin/$suite.test" "./$pkg")
 done
 cp "$work/src/go.mod" "$work/go.mod.kept"
 cp "$work/src/go.sum" "$work/go.sum.kept"
@@ -103,9 +125,15 @@ for suite in $suites; do
 	for b in $backends; do
 		out=$work/results/$b-$suite.json
 		step "$suite against $b"
+		# Each tikv server is sett with the engine and members set.
+		env=(SETT_K8S_BACKEND="$b")
+		case $b in
+		tikv) env=(SETT_K8S_BACKEND=sett SETT_K8S_ENGINE=tikv SETT_K8S_MEMBERS=1) ;;
+		tikv*) env=(SETT_K8S_BACKEND=sett SETT_K8S_ENGINE=tikv SETT_K8S_MEMBERS="${b#tikv}") ;;
+		esac
 		(
 			cd "$work/src/$pkg" &&
-				SETT_K8S_BACKEND=$b "$GO" tool test2json -t -p "k8s.io/apiserver/$pkg" \
+				env "${env[@]}" "$GO" tool test2json -t -p "k8s.io/apiserver/$pkg" \
 					"$work/bin/$suite.test" "${flags[@]}" >"$out" 2>"$out.stderr" || true
 			step "$suite against $b: done after $(($(date +%s) - start))s"
 		) &

@@ -2,8 +2,8 @@
 
 // summary reads the go test -json files that run.sh writes, named
 // BACKEND-SUITE.json, prints pass/fail/skip counts per suite and backend,
-// and lists every test that passes against etcd but not against sett. It
-// exits 1 if there is one.
+// and lists every test that passes against etcd but not against a sett
+// server (sett, tikv, tikvN: see run.sh). It exits 1 if there is one.
 //
 //	go run summary.go work/results/etcd-etcd3.json work/results/sett-etcd3.json ...
 package main
@@ -40,7 +40,9 @@ type run struct {
 
 func read(path string) (*run, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".json")
-	backend, suite, ok := strings.Cut(name, "-")
+	// BACKEND-SUITE; suite names hold no dash.
+	i := strings.LastIndex(name, "-")
+	backend, suite, ok := name[:max(i, 0)], name[i+1:], i > 0
 	if !ok {
 		return nil, fmt.Errorf("%s: want BACKEND-SUITE.json", path)
 	}
@@ -149,7 +151,7 @@ func main() {
 
 	regressions := 0
 	for _, r := range runs {
-		if r.backend != "sett" {
+		if r.backend == "etcd" {
 			continue
 		}
 		var ref *run
@@ -159,7 +161,7 @@ func main() {
 			}
 		}
 		if len(r.state) == 0 && r.pkgAction != "pass" {
-			fmt.Printf("\n%s against sett ran no test:\n%s", r.suite, tail(r.pkgOutput.String(), 40))
+			fmt.Printf("\n%s against %s ran no test:\n%s", r.suite, r.backend, tail(r.pkgOutput.String(), 40))
 			regressions++
 			continue
 		}
@@ -173,7 +175,7 @@ func main() {
 			continue
 		}
 		regressions += len(worse)
-		fmt.Printf("\n%s: %d test(s) pass against etcd but fail against sett:\n", r.suite, len(worse))
+		fmt.Printf("\n%s: %d test(s) pass against etcd but fail against %s:\n", r.suite, len(worse), r.backend)
 		for _, name := range worse {
 			fmt.Printf("  %s\n", name)
 		}
@@ -186,7 +188,7 @@ func main() {
 			if b := r.output[name]; b != nil {
 				out = b.String()
 			}
-			fmt.Printf("\n--- %s (%s, sett)\n%s", name, r.suite, tail(out, 25))
+			fmt.Printf("\n--- %s (%s, %s)\n%s", name, r.suite, r.backend, tail(out, 25))
 		}
 	}
 	for _, r := range runs {
@@ -208,7 +210,7 @@ func main() {
 	// regression against etcd.
 	var pass, skip int
 	for _, r := range runs {
-		if r.backend == "sett" {
+		if r.backend != "etcd" {
 			p, _, s := r.counts(false)
 			pass, skip = pass+p, skip+s
 		}
