@@ -36,6 +36,10 @@ var (
 	// holds is unknown until the engine is opened again, which replays
 	// its log: the commit may be there or not, but not in part.
 	ErrDurability = errors.New("engine: commit could not be made durable")
+	// ErrAborted is returned by Commit when the engine certainly did not
+	// commit and the same writes may be tried again (a distributed
+	// engine whose slow transaction another reader rolled back).
+	ErrAborted = errors.New("engine: transaction aborted")
 )
 
 // Engine is an ordered key-value store.

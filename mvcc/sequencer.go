@@ -227,6 +227,9 @@ func (s *Store) commitFailed(t *term, err error, rev int64, applied uint64, requ
 		}
 		s.log.Warn("commit outcome was unknown; it did not land", "revision", rev, "requests", requests)
 		return ErrNotCommitted
+	case errors.Is(err, engine.ErrAborted):
+		s.log.Warn("commit aborted by the engine; its requests may be retried", "error", err, "revision", rev, "requests", requests)
+		return fmt.Errorf("%w: %w", ErrNotCommitted, err)
 	case errors.Is(err, engine.ErrDurability):
 		// The batch may be on disk or not, and the engine may not take
 		// more: writing on could acknowledge what a restart loses.
@@ -313,7 +316,8 @@ func (s *Store) commitLarge(req *request) {
 		}
 		err = tx.finish(stateRecord(rev, applied))
 	}
-	if errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrConflict) && t.fence != nil {
+	if errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrAborted) ||
+		errors.Is(err, engine.ErrConflict) && t.fence != nil {
 		err = s.commitFailed(t, err, rev, applied, 1)
 	}
 	if err != nil {

@@ -32,6 +32,7 @@ type faultyEngine struct {
 	engine.Engine
 	after  int64 // commits that succeed first
 	landed bool  // the failing commit is written before it fails
+	fail   error // what the failing commit returns; ErrDurability if nil
 	n      atomic.Int64
 }
 
@@ -61,7 +62,41 @@ func (t *faultyTxn) Commit(ctx context.Context) error {
 	} else {
 		t.Txn.Discard()
 	}
+	if t.e.fail != nil {
+		return t.e.fail
+	}
 	return fmt.Errorf("%w: %w", engine.ErrDurability, errDisk)
+}
+
+// TestCommitAborted: a commit the engine aborted (it certainly did not
+// land, as when TiKV rolled back a slow transaction) fails its request
+// with etcd's retryable "leader changed", and sett goes on taking writes.
+func TestCommitAborted(t *testing.T) {
+	dir := t.TempDir()
+	db, err := openEngine(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := fmt.Errorf("%w: injected: txn not found", engine.ErrAborted)
+	_, cli := serveOn(t, dir, &faultyEngine{Engine: db, after: 5, fail: aborted}, server.Config{}, watch.Options{})
+	ctx := ctxT(t)
+	var failed []int
+	for i := range 10 {
+		_, err := cli.Put(ctx, fmt.Sprintf("k%d", i), "v")
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaderChanged):
+			failed = append(failed, i)
+		case err != nil:
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	if len(failed) != 1 {
+		t.Fatalf("puts refused: %v, want exactly one", failed)
+	}
+	got, err := cli.Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || got.Count != 9 {
+		t.Fatalf("after an aborted commit: %v keys (%v), want 9", got.Count, err)
+	}
 }
 
 // TestCommitFaults: writers run while the disk fails a commit. Every

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	tikverr "github.com/tikv/client-go/v2/error"
 	"slices"
 	"testing"
 
@@ -405,5 +406,15 @@ func TestMockReopen(t *testing.T) {
 	}
 	if d.Size() <= 0 {
 		t.Errorf("Size = %d on a mock on disk", d.Size())
+	}
+}
+
+// TestAbortedCommit: TiKV's "retryable" refusal of a transaction (its
+// locks rolled back by a reader, say) is engine.ErrAborted: certainly
+// not committed.
+func TestAbortedCommit(t *testing.T) {
+	err := mapErr(fmt.Errorf("commit primary: %w", &tikverr.ErrRetryable{Retryable: "txn not found"}))
+	if !errors.Is(err, engine.ErrAborted) {
+		t.Fatalf("mapErr of a retryable refusal: %v, want %v", err, engine.ErrAborted)
 	}
 }

@@ -115,11 +115,17 @@ func mapErr(err error) error {
 	var latch *tikverr.ErrWriteConflictInLatch
 	var tooLarge *tikverr.ErrTxnTooLarge
 	var entryTooLarge *tikverr.ErrEntryTooLarge
+	var retryable *tikverr.ErrRetryable
 	switch {
 	case tikverr.IsErrWriteConflict(err), errors.As(err, &latch):
 		return fmt.Errorf("%w: %w", engine.ErrConflict, err)
 	case errors.As(err, &tooLarge), errors.As(err, &entryTooLarge):
 		return fmt.Errorf("%w: %w", engine.ErrTxnTooBig, err)
+	case errors.As(err, &retryable):
+		// TiKV refused the transaction and nothing of it committed: a
+		// reader rolled back the locks of a commit that ran past their
+		// lifetime ("txn not found"), say.
+		return fmt.Errorf("%w: %w", engine.ErrAborted, err)
 	}
 	return err
 }
