@@ -150,7 +150,10 @@ func FuzzWatchStream(f *testing.F) {
 			}
 			in = in[1+n:]
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		// The stream ends 50 ms after the last request is sent: its
+		// answers have come by then. (A deadline from the start would
+		// end streams the server was slow to open on a busy machine.)
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		stream, err := pb.NewWatchClient(conn).Watch(ctx)
 		if err != nil {
@@ -161,6 +164,8 @@ func FuzzWatchStream(f *testing.F) {
 				break // the server ended the stream; Recv tells why
 			}
 		}
+		end := time.AfterFunc(50*time.Millisecond, cancel)
+		defer end.Stop()
 		for {
 			_, err := stream.Recv()
 			if err == nil {
