@@ -43,15 +43,11 @@ func TestLinearizable(t *testing.T) {
 	}()
 
 	history := lincheck.NewHistory()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			history.Drive(ctx, newClient(t, addr), c, stop)
-		}()
+	var clients []*clientv3.Client
+	for range 6 {
+		clients = append(clients, newClient(t, addr))
 	}
+	stop := history.Run(ctx, clients)
 
 	// Two crashes while the clients run.
 	for range 2 {
@@ -60,8 +56,7 @@ func TestLinearizable(t *testing.T) {
 		sett = startChild(t, dir, addr)
 	}
 	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 
 	summary, err := history.Check(filepath.Join(t.TempDir(), "history.html"))
 	t.Log(summary)

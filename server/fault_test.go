@@ -280,15 +280,11 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	in := serve(false)
 	ctx := ctxT(t)
 	history := lincheck.NewHistory()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			history.Drive(ctx, newClient(t, addr), c, stop)
-		}()
+	var clients []*clientv3.Client
+	for range 6 {
+		clients = append(clients, newClient(t, addr))
 	}
+	stop := history.Run(ctx, clients)
 	for _, landed := range []bool{true, false} {
 		// Wait for the fault, then restart.
 		for in.store.Ping(ctx) == nil {
@@ -303,8 +299,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	for in.store.Ping(ctx) == nil && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	summary, err := history.Check(filepath.Join(t.TempDir(), "history.html"))
 	t.Log(summary)
 	if err != nil {

@@ -199,6 +199,25 @@ func (h *History) Drive(ctx context.Context, cli *clientv3.Client, c int, stop <
 	}
 }
 
+// Run drives each client as Drive does, each from a goroutine of its
+// own, until the returned stop is called; stop returns once they all
+// have.
+func (h *History) Run(ctx context.Context, clients []*clientv3.Client) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for c, cli := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.Drive(ctx, cli, c, done)
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // Check reports whether the history is linearizable. If it is not, it
 // writes porcupine's visualization to file and says so in the error.
 // The summary counts the operations.
