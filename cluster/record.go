@@ -8,7 +8,7 @@ import (
 )
 
 // The election keeps its records in the engine under the prefix 'c',
-// which mvcc does not use (see mvcc/key.go):
+// which mvcc's table of prefixes (mvcc/key.go) reserves for it:
 //
 //	cleader             id, epoch            who was elected last
 //	clease              id, epoch, expiry,   how long that member leads,

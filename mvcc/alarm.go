@@ -11,10 +11,9 @@ import (
 	"github.com/settdb/sett/engine"
 )
 
-// metaAlarms holds the active alarms, as etcd's alarm bucket does, so an
-// alarm outlives a restart: 12 bytes per alarm, the member ID (8) and the
-// alarm type (4), big-endian.
-var metaAlarms = []byte("malarms")
+// metaAlarms (key.go) holds the active alarms, as etcd's alarm bucket
+// does, so an alarm outlives a restart: 12 bytes per alarm, the member ID
+// (8) and the alarm type (4), big-endian.
 
 // Alarms returns the alarms SetAlarms last recorded.
 func (s *Store) Alarms() ([]*pb.AlarmMember, error) {

@@ -6,13 +6,16 @@ import (
 	"errors"
 )
 
-// The engine keyspace is split by a one-byte prefix:
+// The engine keyspace is split by a one-byte prefix. This table lists
+// every prefix any package writes; a new one is added here first.
 //
-//	'i' index:  'i' + esc(raw)                 latest state of each raw key
-//	'k' keys:   'k' + esc(raw) + ^BE(rev)      one object per version
-//	'r' log:    'r' + BE(rev) + BE(sub)        one entry per change, value = raw key
-//	'm' meta:   'm' + name                     store-wide state
-//	'a' auth:   'a' + name                     users, roles, auth state (auth.go)
+//	'a' auth:    'a' + name                 users, roles, auth state (auth.go)
+//	'c' cluster: 'c' + name                 election records (cluster/record.go)
+//	'i' index:   'i' + esc(raw)             latest state of each raw key
+//	'k' keys:    'k' + esc(raw) + ^BE(rev)  one object per version
+//	'l' leases:  'l' + BE(id)               granted TTL of each lease (lease.go)
+//	'm' meta:    'm' + name                 store-wide state (the names below)
+//	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
 // terminator 0x00 0x01. It keeps raw-key order for every byte string:
@@ -162,4 +165,6 @@ var (
 	metaCleaned = []byte("mcleaned") // compact revision fully cleaned up
 	metaMember  = []byte("mmember")  // cluster and member ids, raft term
 	metaLayout  = []byte("mlayout")  // version of the key layout above
+	metaAlarms  = []byte("malarms")  // active alarms (alarm.go)
+	metaPending = []byte("mpending") // revision a large request is writing (spill.go)
 )

@@ -22,7 +22,7 @@ type storage struct {
 }
 
 // openStorage opens the engine --engine names: Badger in dir, or TiKV
-// (in engine_tikv.go, only in a binary built with -tags tikv).
+// (in storage_tikv.go, only in a binary built with -tags tikv).
 func openStorage(engineName, pdEndpoints, dir string, mem budget, log *slog.Logger) (*storage, error) {
 	switch engineName {
 	case "badger":
