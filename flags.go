@@ -29,6 +29,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key-file", Usage: "TLS key for the certificate"},
 		&cli.BoolFlag{Name: "client-cert-auth", Usage: "require client certificates signed by --trusted-ca-file"},
 		&cli.StringFlag{Name: "trusted-ca-file", Usage: "CA bundle that client certificates must chain to"},
+		&cli.StringFlag{Name: "client-cert-file", Usage: "TLS certificate this member presents as a client, forwarding to the leader over https (default: --cert-file)"},
+		&cli.StringFlag{Name: "client-key-file", Usage: "TLS key for --client-cert-file"},
 		&cli.StringFlag{Name: "auth-token", Value: "simple", Usage: "token type: simple, or jwt,pub-key=PATH,priv-key=PATH,sign-method=RS256|ES256|EdDSA|HS256|...,ttl=DURATION (etcd's syntax)"},
 		&cli.IntFlag{Name: "auth-token-ttl", Value: 300, Usage: "seconds an unused simple token stays valid"},
 		&cli.IntFlag{Name: "bcrypt-cost", Value: 10, Usage: "bcrypt cost of stored passwords (4 to 31)"},

@@ -233,6 +233,8 @@ func runServe(c *cli.Context) error {
 			KeyFile:        c.String("key-file"),
 			TrustedCAFile:  c.String("trusted-ca-file"),
 			ClientCertAuth: c.Bool("client-cert-auth"),
+			ClientCertFile: c.String("client-cert-file"),
+			ClientKeyFile:  c.String("client-key-file"),
 		},
 		AutoTLS:           c.Bool("auto-tls"),
 		DataDir:           dir,

@@ -283,6 +283,9 @@ func (s *Server) admit(m proto.Message) error {
 // Listen opens every client and metrics URL. It is separate from Serve so
 // that a caller learns of a busy port before it reports itself ready.
 func (s *Server) Listen() error {
+	if err := checkClientFiles(s.cfg.TLS); err != nil {
+		return err
+	}
 	if s.tlsConf == nil && s.needsTLS() {
 		files := s.cfg.TLS
 		if files.Empty() && s.cfg.AutoTLS {

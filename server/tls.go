@@ -24,6 +24,10 @@ type TLSFiles struct {
 	// TrustedCAFile verifies client certificates when ClientCertAuth is on.
 	TrustedCAFile  string
 	ClientCertAuth bool
+	// ClientCertFile and ClientKeyFile are the certificate this member
+	// presents when it is the client, forwarding to the leader; unset,
+	// it presents CertFile. TrustedCAFile verifies the leader's.
+	ClientCertFile, ClientKeyFile string
 }
 
 // Empty reports whether no certificate is configured.

@@ -20,8 +20,15 @@ import (
 // MaxTTL is etcd's largest lease TTL, in seconds.
 const MaxTTL = 9_000_000_000
 
-// ErrTTLTooLarge is returned for a grant above MaxTTL.
-var ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
+var (
+	// ErrTTLTooLarge is returned for a grant above MaxTTL.
+	ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
+	// ErrNotPrimary is returned by KeepAlive and TimeToLive on a lessor
+	// that does not keep the leases' time (its member follows, or just
+	// stepped down): the leader's lessor has the answer, not this one's
+	// empty table, which would call a live lease expired.
+	ErrNotPrimary = errors.New("ttl: not the primary lessor")
+)
 
 // Store is what leases need of mvcc.
 type Store interface {
@@ -55,10 +62,13 @@ type Lessor struct {
 
 	ids *idGen
 
-	mu     sync.Mutex
-	leases map[int64]*lease
-	queue  expiryQueue
-	wake   chan struct{}
+	mu sync.Mutex
+	// primary is set while this lessor keeps the leases' time: from New
+	// on a member that leads alone, from Lead to Follow on one of many.
+	primary bool
+	leases  map[int64]*lease
+	queue   expiryQueue
+	wake    chan struct{}
 }
 
 type lease struct {
@@ -85,6 +95,7 @@ func New(store Store, opts Options) *Lessor {
 	now := time.Now()
 	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
 	if !opts.Follower {
+		l.primary = true
 		l.load(now)
 	}
 	return l
@@ -107,6 +118,7 @@ func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
 	l.load(time.Now())
+	l.primary = true
 	l.mu.Unlock()
 	l.poke()
 	return nil
@@ -117,6 +129,7 @@ func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 func (l *Lessor) Follow() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.primary = false
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
 }
@@ -187,10 +200,14 @@ func (l *Lessor) forget(id int64) {
 }
 
 // KeepAlive renews a lease to its full TTL and returns that TTL. A lease
-// unknown or already expired is ErrLeaseNotFound.
+// unknown or already expired is ErrLeaseNotFound; on a lessor that is not
+// primary every lease is ErrNotPrimary.
 func (l *Lessor) KeepAlive(id int64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.primary {
+		return 0, ErrNotPrimary
+	}
 	le := l.leases[id]
 	now := time.Now()
 	if le == nil || le.revoking || !now.Before(le.expiry) {
@@ -202,9 +219,14 @@ func (l *Lessor) KeepAlive(id int64) (int64, error) {
 }
 
 // TimeToLive returns a lease's granted TTL, the whole seconds it has
-// left, and its keys when asked.
+// left, and its keys when asked; ErrLeaseNotFound, or ErrNotPrimary as
+// KeepAlive.
 func (l *Lessor) TimeToLive(id int64, withKeys bool) (granted, remaining int64, keys [][]byte, err error) {
 	l.mu.Lock()
+	if !l.primary {
+		l.mu.Unlock()
+		return 0, 0, nil, ErrNotPrimary
+	}
 	le := l.leases[id]
 	if le == nil {
 		l.mu.Unlock()
