@@ -132,6 +132,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	// the call has no answer any more: the next leader has it.
 	var granted, remaining int64
 	var keys [][]byte
+	giveUp := time.After(renewTimeout)
 	for {
 		if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
 			return forwarded(l.s, fctx, err, func() (*pb.LeaseTimeToLiveResponse, error) { return pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r) })
@@ -143,6 +144,8 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		select {
 		case <-ctx.Done():
 			return nil, toGRPC(ctx.Err())
+		case <-giveUp:
+			return nil, rpctypes.ErrGRPCNoLeader
 		case <-time.After(renewRetry):
 		}
 	}
