@@ -20,7 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/settdb/sett/engine"
-	"github.com/settdb/sett/etcdsnap"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 	"github.com/settdb/sett/mvcc"
 )
 

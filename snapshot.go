@@ -26,7 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/settdb/sett/engine/badger"
-	"github.com/settdb/sett/etcdsnap"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 )

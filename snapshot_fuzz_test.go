@@ -12,7 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/settdb/sett/engine/badger"
-	"github.com/settdb/sett/etcdsnap"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 	"github.com/settdb/sett/mvcc"
 )
 
