@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -100,8 +101,9 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 const snapshotChunk = 32 * 1024
 
 // Snapshot streams a consistent backup of the whole store, as etcd
-// streams its database file: a sett snapshot file (package snapshot) in
-// chunks, with the bytes remaining after each. The file is written from
+// streams its database file: a sett snapshot file (package snapshot), its
+// data in chunks with the bytes remaining after each, then one more
+// response holding its SHA-256. The file is written from
 // one engine snapshot straight into the stream: nothing is spooled to
 // disk, which matters most when the disk is full. Writes go on
 // meanwhile.
@@ -122,7 +124,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	if err != nil {
 		return toGRPC(err)
 	}
-	total := snapshot.Size(info.Size)
+	total := snapshot.Size(info.Size) - sha256.Size // before the checksum
 	start := time.Now()
 	m.s.log.Info("sending database snapshot to client", "total_bytes", total, "revision", info.Revision)
 
@@ -156,6 +158,13 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 		}); err != nil {
 			return err
 		}
+	}
+	sum := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(pr, sum); err != nil {
+		return toGRPC(fmt.Errorf("backup checksum: %w", err))
+	}
+	if err := stream.Send(&pb.SnapshotResponse{Blob: sum, Version: storageVersion}); err != nil {
+		return err
 	}
 	m.s.log.Info("sent database snapshot to client", "total_bytes", total, "revision", info.Revision,
 		"took", time.Since(start).String())
