@@ -12,8 +12,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/settdb/sett/engine/badger"
-	"github.com/settdb/sett/etcdsnap"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
 // FuzzSnapshotFile: `sett snapshot status` and `sett snapshot restore`
@@ -93,7 +94,7 @@ func smallSnapshots(f *testing.F) (sett, etcd []byte) {
 		}
 	}
 	settPath, etcdPath := filepath.Join(dir, "sett.db"), filepath.Join(dir, "etcd.db")
-	if err := writeSettSnapshot(store, settPath); err != nil {
+	if err := snapshot.WriteFile(store, settPath); err != nil {
 		f.Fatal(err)
 	}
 	snap, err := db.Snapshot()

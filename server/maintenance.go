@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot"
 )
 
 type maintenanceServer struct {
@@ -100,16 +101,12 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 const snapshotChunk = 32 * 1024
 
 // Snapshot streams a consistent backup of the whole store, as etcd
-// streams its database file: chunks with the bytes remaining after each,
-// then one more response holding the SHA-256 of everything sent before.
-//
-// etcdctl (clientv3/snapshot) accepts a stream whose length modulo 512 is
-// 32, a database of whole pages followed by its SHA-256, so the backup is
-// padded with zeros to a multiple of 512 bytes; a backup ends itself, so
-// restore ignores the padding. The backup is read twice from the same
-// engine snapshot, once to learn its size for remaining_bytes and once to
-// send it: nothing is spooled to disk, which matters most when the disk
-// is full. Writes go on meanwhile.
+// streams its database file: a sett snapshot file (package snapshot), its
+// data in chunks with the bytes remaining after each, then one more
+// response holding its SHA-256. The file is written from
+// one engine snapshot straight into the stream: nothing is spooled to
+// disk, which matters most when the disk is full. Writes go on
+// meanwhile.
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenance_SnapshotServer) error {
 	if err := m.s.requireAdmin(stream.Context()); err != nil {
 		return err
@@ -127,7 +124,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	if err != nil {
 		return toGRPC(err)
 	}
-	total := (info.Size + 511) / 512 * 512
+	total := snapshot.Size(info.Size) - sha256.Size // before the checksum
 	start := time.Now()
 	m.s.log.Info("sending database snapshot to client", "total_bytes", total, "revision", info.Revision)
 
@@ -135,21 +132,13 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
-		n, err := b.WriteTo(pw)
-		if err == nil && n != info.Size {
-			err = fmt.Errorf("backup changed size: %d bytes, then %d", info.Size, n)
-		}
-		if err == nil {
-			_, err = pw.Write(make([]byte, total-n))
-		}
+		_, err := snapshot.Write(pw, b)
 		pw.CloseWithError(err)
 	}()
 	defer func() {
 		pr.Close() // stops the writer if the stream failed first
 		<-written
 	}()
-
-	h := sha256.New()
 	for sent := int64(0); sent < total; {
 		// A new buffer each time: Send may still hold the last one.
 		buf := make([]byte, min(snapshotChunk, total-sent))
@@ -162,7 +151,6 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 			return toGRPC(err)
 		}
 		sent += int64(n)
-		h.Write(buf)
 		if err := stream.Send(&pb.SnapshotResponse{
 			RemainingBytes: uint64(total - sent),
 			Blob:           buf,
@@ -171,7 +159,11 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 			return err
 		}
 	}
-	if err := stream.Send(&pb.SnapshotResponse{Blob: h.Sum(nil), Version: storageVersion}); err != nil {
+	sum := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(pr, sum); err != nil {
+		return toGRPC(fmt.Errorf("backup checksum: %w", err))
+	}
+	if err := stream.Send(&pb.SnapshotResponse{Blob: sum, Version: storageVersion}); err != nil {
 		return err
 	}
 	m.s.log.Info("sent database snapshot to client", "total_bytes", total, "revision", info.Revision,
