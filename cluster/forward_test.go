@@ -2,19 +2,12 @@ package cluster
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/server"
 )
 
@@ -136,21 +130,25 @@ func TestKeepAliveAcrossLeaderChange(t *testing.T) {
 // --client-cert-file, or its serving certificate when that is not set.
 func TestForwardTLS(t *testing.T) {
 	eng := openShared(t)
-	ca := newTestCA(t)
-	cliCert, cliKey := ca.issue(t, "client", false, true)
-	clientTLS := ca.clientTLS(t, cliCert, cliKey)
+	ca := harness.NewPKI(t)
 	var ms []*peer
-	for _, name := range []string{"a", "b", "c"} {
-		files := &server.TLSFiles{TrustedCAFile: ca.file, ClientCertAuth: true}
+	for i, name := range []string{"a", "b", "c"} {
+		files := &server.TLSFiles{TrustedCAFile: ca.CA, ClientCertAuth: true}
 		if name == "c" {
 			// No client certificate of its own: it presents its serving
 			// one, which is good for both.
-			files.CertFile, files.KeyFile = ca.issue(t, name, true, true)
+			files.CertFile, files.KeyFile = ca.IssueFrom(t, name, &x509.Certificate{
+				SerialNumber: big.NewInt(int64(10 + i)), Subject: pkix.Name{CommonName: name},
+				NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+				KeyUsage:    x509.KeyUsageDigitalSignature,
+				ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+				IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+			})
 		} else {
-			files.CertFile, files.KeyFile = ca.issue(t, name, true, false)
-			files.ClientCertFile, files.ClientKeyFile = ca.issue(t, name+"-client", false, true)
+			files.CertFile, files.KeyFile = ca.Issue(t, name, int64(10+i), false)
+			files.ClientCertFile, files.ClientKeyFile = ca.Issue(t, name+"-client", int64(20+i), true)
 		}
-		ms = append(ms, startPeerConfig(t, eng, name, peerConfig{tls: files, clientTLS: clientTLS}))
+		ms = append(ms, startPeerConfig(t, eng, name, peerConfig{tls: files, clientTLS: ca.ClientTLS(t, true)}))
 	}
 	leader := awaitLeader(t, ms, 5*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -303,93 +301,4 @@ func (p *proxy) close() {
 		c.Close()
 	}
 	p.conns = nil
-}
-
-// testCA is a CA whose certificates the TLS members and their clients use.
-type testCA struct {
-	dir  string
-	file string // the CA certificate, PEM
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	n    int64
-}
-
-func newTestCA(t testing.TB) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sett-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{dir: t.TempDir(), cert: cert, key: key, n: 1}
-	ca.file = filepath.Join(ca.dir, "ca.crt")
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-func writePEM(t testing.TB, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue writes a certificate for 127.0.0.1 named name, good for serving,
-// for a client, or both, and returns its and its key's paths.
-func (ca *testCA) issue(t testing.TB, name string, serving, client bool) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca.n++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.n), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	if serving {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-	}
-	if client {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-// clientTLS is a test client's TLS: it trusts the CA and presents the
-// certificate in certFile.
-func (ca *testCA) clientTLS(t testing.TB, certFile, keyFile string) *tls.Config {
-	t.Helper()
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 }
