@@ -20,15 +20,14 @@ import (
 // MaxTTL is etcd's largest lease TTL, in seconds.
 const MaxTTL = 9_000_000_000
 
-var (
-	// ErrTTLTooLarge is returned for a grant above MaxTTL.
-	ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
-	// ErrNotPrimary is returned by KeepAlive and TimeToLive on a lessor
-	// that does not keep the leases' time (its member follows, or just
-	// stepped down): the leader's lessor has the answer, not this one's
-	// empty table, which would call a live lease expired.
-	ErrNotPrimary = errors.New("ttl: not the primary lessor")
-)
+// ErrTTLTooLarge is returned for a grant above MaxTTL.
+var ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
+
+// ErrNotPrimary is returned by KeepAlive and TimeToLive on a lessor that
+// does not keep the leases' time (its member follows, or just stepped
+// down): the leader's lessor has the answer, not this one's empty table,
+// which would call a live lease expired. etcd's lessor says the same.
+var ErrNotPrimary = errors.New("ttl: not the primary lessor")
 
 // Store is what leases need of mvcc.
 type Store interface {
@@ -62,13 +61,15 @@ type Lessor struct {
 
 	ids *idGen
 
-	mu sync.Mutex
-	// primary is set while this lessor keeps the leases' time: from New
-	// on a member that leads alone, from Lead to Follow on one of many.
+	mu     sync.Mutex
+	leases map[int64]*lease
+	queue  expiryQueue
+	wake   chan struct{}
+
+	// primary, under mu, is set while this lessor keeps the leases'
+	// time: from New on a member that leads alone, from Lead to Follow
+	// on one of many.
 	primary bool
-	leases  map[int64]*lease
-	queue   expiryQueue
-	wake    chan struct{}
 }
 
 type lease struct {
