@@ -23,11 +23,15 @@ const MaxTTL = 9_000_000_000
 // ErrTTLTooLarge is returned for a grant above MaxTTL.
 var ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
 
-// ErrNotPrimary is returned by KeepAlive and TimeToLive on a lessor that
-// does not keep the leases' time (its member follows, or just stepped
-// down): the leader's lessor has the answer, not this one's empty table,
-// which would call a live lease expired. etcd's lessor says the same.
+// ErrNotPrimary is returned by KeepAlive and TimeToLive on a lessor whose
+// member's leadership has ended or may have: another member may keep the
+// leases' time now, so this one must not answer for them (etcd's lessor
+// refuses so when it is not primary). The call belongs to the leader.
 var ErrNotPrimary = errors.New("ttl: not the primary lessor")
+
+// holder is a leadership term that can tell whether it still safely
+// holds; cluster.Term is one.
+type holder interface{ Held() bool }
 
 // Store is what leases need of mvcc.
 type Store interface {
@@ -65,11 +69,13 @@ type Lessor struct {
 	leases map[int64]*lease
 	queue  expiryQueue
 	wake   chan struct{}
-
-	// primary, under mu, is set while this lessor keeps the leases'
-	// time: from New on a member that leads alone, from Lead to Follow
-	// on one of many.
-	primary bool
+	// term is the leadership this lessor keeps time under, if its
+	// member is one of several (see Lead); nil: it is primary for good.
+	term holder
+	// following is set from Follow (or New, for a Follower) to Lead:
+	// the lessor keeps no time then, and its empty table must not be
+	// taken for the leases' state, which the leader's lessor has.
+	following bool
 }
 
 type lease struct {
@@ -95,8 +101,8 @@ func New(store Store, opts Options) *Lessor {
 	}
 	now := time.Now()
 	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
+	l.following = opts.Follower
 	if !opts.Follower {
-		l.primary = true
 		l.load(now)
 	}
 	return l
@@ -112,14 +118,18 @@ func (l *Lessor) load(now time.Time) {
 // Lead starts keeping time for the leases the store holds, each from its
 // full TTL, as etcd's lessor does when its member is elected: the old
 // leader's timers are gone with it, so a lease may live up to one TTL
-// longer, never shorter. Call it after the store leads; f is not used,
-// since revocations write through the store, which fences them.
+// longer, never shorter. Call it after the store leads. Revocations
+// write through the store, which fences them; but a renewal is answered
+// from memory, so if f can tell whether its term still holds (Held, as
+// cluster.Term can), the lessor asks it before every renewal and
+// expires nothing while it does not.
 func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 	l.mu.Lock()
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
+	l.term, _ = f.(holder)
+	l.following = false
 	l.load(time.Now())
-	l.primary = true
 	l.mu.Unlock()
 	l.poke()
 	return nil
@@ -130,10 +140,14 @@ func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 func (l *Lessor) Follow() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.primary = false
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
+	l.term = nil
+	l.following = true
 }
+
+// primary reports whether the lessor may answer for its leases' time. l.mu is held.
+func (l *Lessor) primary() bool { return !l.following && (l.term == nil || l.term.Held()) }
 
 func (l *Lessor) add(id, ttl int64, now time.Time) {
 	le := &lease{id: id, ttl: ttl, expiry: expiry(now, ttl)}
@@ -201,12 +215,12 @@ func (l *Lessor) forget(id int64) {
 }
 
 // KeepAlive renews a lease to its full TTL and returns that TTL. A lease
-// unknown or already expired is ErrLeaseNotFound; on a lessor that is not
-// primary every lease is ErrNotPrimary.
+// unknown or already expired is ErrLeaseNotFound; a lessor whose term no
+// longer holds answers ErrNotPrimary, for any lease.
 func (l *Lessor) KeepAlive(id int64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.primary {
+	if !l.primary() {
 		return 0, ErrNotPrimary
 	}
 	le := l.leases[id]
@@ -220,11 +234,10 @@ func (l *Lessor) KeepAlive(id int64) (int64, error) {
 }
 
 // TimeToLive returns a lease's granted TTL, the whole seconds it has
-// left, and its keys when asked; ErrLeaseNotFound, or ErrNotPrimary as
-// KeepAlive.
+// left, and its keys when asked; ErrNotPrimary as KeepAlive.
 func (l *Lessor) TimeToLive(id int64, withKeys bool) (granted, remaining int64, keys [][]byte, err error) {
 	l.mu.Lock()
-	if !l.primary {
+	if !l.primary() {
 		l.mu.Unlock()
 		return 0, 0, nil, ErrNotPrimary
 	}
@@ -282,6 +295,11 @@ func (l *Lessor) Run(ctx context.Context) {
 func (l *Lessor) due(now time.Time, n int) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.primary() {
+		// Renewals are refused meanwhile; the next leader restarts
+		// every lease's time.
+		return nil
+	}
 	var ids []int64
 	for len(ids) < n && l.queue.Len() > 0 && !l.queue[0].expiry.After(now) {
 		le := l.queue[0]
@@ -299,6 +317,9 @@ func (l *Lessor) untilNext() time.Duration {
 	defer l.mu.Unlock()
 	if l.queue.Len() == 0 {
 		return time.Hour
+	}
+	if !l.primary() {
+		return 100 * time.Millisecond // until it holds again or follows
 	}
 	return max(time.Until(l.queue[0].expiry), time.Millisecond)
 }
