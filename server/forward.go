@@ -65,11 +65,13 @@ func forwarding(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
-// leads reports whether this member may act as the leader now.
+// leads reports whether this member may act as the leader now: every
+// decision to serve a call as leader or to route it elsewhere asks here.
 //
-// TODO(issue 17, finding 4): ask the election whether this member still
-// safely leads by its monotonic clock, once it says so; IsLeader is its
-// belief, which may outlive its lease.
+// Issue 17, finding 4 (another branch) makes a clustered IsLeader true
+// only while the term cannot have run out by the member's monotonic
+// clock; until that is merged IsLeader is the election's belief, which
+// may outlive its lease.
 func (s *Server) leads() bool { return s.election.IsLeader() }
 
 // toLeader returns a connection to the leader and the context to call it
