@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -66,15 +67,17 @@ func TestKeepAliveAcrossLeaderChange(t *testing.T) {
 	kas := make([]*keptAlive, len(streams))
 	ids := make([]clientv3.LeaseID, len(streams))
 	for i, m := range streams {
-		g, err := m.cli.Grant(ctx, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = g.ID
-		if _, err := m.cli.Put(ctx, "leased/"+m.name, "v", clientv3.WithLease(g.ID)); err != nil {
-			t.Fatal(err)
-		}
-		ch, err := m.cli.KeepAlive(ctx, g.ID)
+		// Tried again should an election come between on a busy machine.
+		settle(t, ctx, "grant and put through "+m.name, func() error {
+			g, err := m.cli.Grant(ctx, ttl)
+			if err != nil {
+				return err
+			}
+			ids[i] = g.ID
+			_, err = m.cli.Put(ctx, "leased/"+m.name, "v", clientv3.WithLease(g.ID))
+			return err
+		})
+		ch, err := m.cli.KeepAlive(ctx, ids[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,28 +153,72 @@ func TestForwardTLS(t *testing.T) {
 		}
 		ms = append(ms, startPeerConfig(t, eng, name, peerConfig{tls: files, clientTLS: ca.ClientTLS(t, true)}))
 	}
-	leader := awaitLeader(t, ms, 5*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	awaitLeader(t, ms, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if leader == ms[2] {
-		// c must follow, to show the fallback to its serving certificate.
-		if _, err := leader.cli.MoveLeader(ctx, ms[0].id); err != nil {
-			t.Fatal(err)
+	// A write, a grant and a renewal through each member while it
+	// follows, so that it forwards them. On a busy machine an election
+	// may come and go meanwhile ("no leader", "not leader", or this
+	// member elected): the three are then tried again; a member that
+	// cannot forward over TLS never gets through.
+	for i, m := range ms {
+		var last error
+		for try := 0; ; try++ {
+			if try == 20 {
+				t.Fatalf("through %s: %v", m.name, last)
+			}
+			if m.el.IsLeader() {
+				if _, err := m.cli.MoveLeader(ctx, ms[(i+1)%len(ms)].id); err != nil {
+					last = err
+				}
+				continue
+			}
+			term := m.el.Term()
+			if last = forwardThrough(ctx, m); last == nil {
+				if m.el.Term() == term && !m.el.IsLeader() {
+					break
+				}
+				last = errors.New("an election came between")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		leader = awaitLeader(t, ms, 5*time.Second)
 	}
-	for _, m := range ms {
-		if _, err := m.cli.Put(ctx, "via/"+m.name, "v"); err != nil {
-			t.Fatalf("put through %s (leader %s): %v", m.name, leader.name, err)
+}
+
+// settle retries do, for setting a test up, until it succeeds, for up to
+// five seconds.
+func settle(t testing.TB, ctx context.Context, what string, do func() error) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := do()
+		if err == nil {
+			return
 		}
-		g, err := m.cli.Grant(ctx, 10)
-		if err != nil {
-			t.Fatalf("lease grant through %s: %v", m.name, err)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
-		if ka, err := m.cli.KeepAliveOnce(ctx, g.ID); err != nil || ka.TTL <= 0 {
-			t.Fatalf("keep-alive through %s: %v, %v", m.name, ka, err)
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// forwardThrough puts, grants a lease and renews it through m.
+func forwardThrough(ctx context.Context, m *peer) error {
+	if _, err := m.cli.Put(ctx, "via/"+m.name, "v"); err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	g, err := m.cli.Grant(ctx, 10)
+	if err != nil {
+		return fmt.Errorf("grant: %w", err)
+	}
+	ka, err := m.cli.KeepAliveOnce(ctx, g.ID)
+	if err == nil && ka.TTL <= 0 {
+		err = fmt.Errorf("TTL %d", ka.TTL)
+	}
+	if err != nil {
+		return fmt.Errorf("keep-alive: %w", err)
+	}
+	return nil
 }
 
 // TestForwardBrokenOff: a write a follower forwarded whose connection to
@@ -199,9 +246,10 @@ func TestForwardBrokenOff(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := f.cli.Put(ctx, "before", "v"); err != nil {
-		t.Fatal(err)
-	}
+	settle(t, ctx, "put through the follower", func() error {
+		_, err := f.cli.Put(ctx, "before", "v")
+		return err
+	})
 
 	// The leader's next commit waits: the forwarded put has reached it.
 	pause := make(chan chan struct{})
