@@ -18,6 +18,9 @@ type faultEngine struct {
 	pause chan chan struct{} // if set, each commit hands over a channel and waits on it
 	// skip is how many commits go through before pause applies.
 	skip int
+	// holds receives a channel from each dropThenHold commit, which
+	// returns once the channel is closed.
+	holds chan chan struct{}
 }
 
 type fault int
@@ -25,6 +28,8 @@ type fault int
 const (
 	commitThenUnknown fault = iota + 1 // the commit lands, the caller hears ErrUndetermined
 	dropThenUnknown                    // the commit does not land, same answer
+	dropThenHold                       // as dropThenUnknown, answered only once the test lets it (holds)
+	noFault                            // the commit goes through: a place holder in a plan
 )
 
 // inject makes the next commits fail as the faults say, one each.
@@ -79,6 +84,12 @@ func (t *faultTxn) Commit(ctx context.Context) error {
 		return engine.ErrUndetermined
 	case dropThenUnknown:
 		t.Txn.Discard()
+		return engine.ErrUndetermined
+	case dropThenHold:
+		t.Txn.Discard()
+		resume := make(chan struct{})
+		t.e.holds <- resume
+		<-resume
 		return engine.ErrUndetermined
 	}
 	return t.Txn.Commit(ctx)
