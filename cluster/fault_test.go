@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"testing"
 
 	"github.com/settdb/sett/engine"
 )
@@ -93,4 +94,14 @@ func (t *faultTxn) Commit(ctx context.Context) error {
 		return engine.ErrUndetermined
 	}
 	return t.Txn.Commit(ctx)
+}
+
+// resumer returns a func that closes resume once; it also runs when the
+// test ends, so that a test that fails leaves no commit waiting (the
+// stores could not close).
+func resumer(t testing.TB, resume chan struct{}) func() {
+	var once sync.Once
+	f := func() { once.Do(func() { close(resume) }) }
+	t.Cleanup(f)
+	return f
 }
