@@ -67,11 +67,8 @@ func forwarding(ctx context.Context) bool {
 
 // leads reports whether this member may act as the leader now: every
 // decision to serve a call as leader or to route it elsewhere asks here.
-//
-// Issue 17, finding 4 (another branch) makes a clustered IsLeader true
-// only while the term cannot have run out by the member's monotonic
-// clock; until that is merged IsLeader is the election's belief, which
-// may outlive its lease.
+// A clustered IsLeader holds only while the term cannot have run out by
+// the member's monotonic clock (cluster.Election.IsLeader).
 func (s *Server) leads() bool { return s.election.IsLeader() }
 
 // toLeader returns a connection to the leader and the context to call it
