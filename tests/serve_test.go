@@ -190,6 +190,26 @@ func TestDataDirLocked(t *testing.T) {
 	first.stop()
 }
 
+// TestClientCertFlagsPaired: --client-cert-file without --client-key-file
+// is refused at start, as etcd refuses it, and the message says why.
+func TestClientCertFlagsPaired(t *testing.T) {
+	pki := harness.NewPKI(t)
+	crt, _ := pki.Issue(t, "member", 2, true)
+	c := spawn(t, "serve", "--data-dir", t.TempDir(), "--listen-client-urls", "http://"+harness.FreeAddr(t),
+		"--client-cert-file", crt, "--log-format", "json")
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sett with a client certificate and no key kept running")
+	}
+	if c.err == nil {
+		t.Fatal("sett with a client certificate and no key exited 0")
+	}
+	if log := c.logTail(); !strings.Contains(log, "--client-cert-file and --client-key-file must be given together") {
+		t.Fatalf("no clear message:\n%s", log)
+	}
+}
+
 // TestVersionFlag: `etcd --version`, which scripts run to learn the
 // version, works on sett installed as etcd, in etcd's format.
 func TestVersionFlag(t *testing.T) {
