@@ -15,6 +15,7 @@ import (
 //	'k' keys:    'k' + esc(raw) + ^BE(rev)  one object per version
 //	'l' leases:  'l' + BE(id)               granted TTL of each lease (lease.go)
 //	'm' meta:    'm' + name                 store-wide state (the names below)
+//	'p' members: 'p' + BE(id)               a single node's member records (member.go)
 //	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the

@@ -156,6 +156,9 @@ type Server struct {
 	alarm   *alarmSet
 	tlsConf *tls.Config
 
+	// membersMu runs membership changes one at a time.
+	membersMu sync.Mutex
+
 	mu          sync.Mutex
 	endpoints   []endpoint
 	httpServers []*http.Server
