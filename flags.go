@@ -24,6 +24,8 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "election-lease", Value: 2 * time.Second, Usage: "with --engine tikv: how long an elected leader holds leadership without renewing it; a leader that stops is replaced after about 1.5x this"},
 		&cli.StringFlag{Name: "listen-client-urls", Value: "http://127.0.0.1:2379", Usage: "comma-separated URLs to serve clients on: http(s)://host:port, unix(s):///path"},
 		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients"},
+		&cli.StringFlag{Name: "listen-client-http-urls", Usage: "comma-separated URLs serving HTTP only (the JSON gateway, health, metrics); --listen-client-urls then serve gRPC only"},
+		&cli.BoolFlag{Name: "enable-grpc-gateway", Value: true, Usage: "serve etcd's JSON gateway (/v3/...) on the client URLs' HTTP"},
 		&cli.StringFlag{Name: "listen-metrics-urls", Usage: "comma-separated URLs serving only /metrics and the health endpoints"},
 		&cli.StringFlag{Name: "cert-file", Usage: "TLS certificate for https and unixs client URLs (re-read when it changes)"},
 		&cli.StringFlag{Name: "key-file", Usage: "TLS key for the certificate"},
@@ -76,7 +78,7 @@ func setEnv(f cli.Flag) {
 var (
 	ignoredBools = []string{
 		"peer-client-cert-auth", "peer-auto-tls", "peer-skip-client-san-verification",
-		"strict-reconfig-check", "force-new-cluster", "enable-v2", "enable-grpc-gateway",
+		"strict-reconfig-check", "force-new-cluster", "enable-v2",
 		"pre-vote", "initial-election-tick-advance", "socket-reuse-port", "socket-reuse-address",
 		"experimental-initial-corrupt-check", "experimental-enable-lease-checkpoint",
 		"experimental-enable-distributed-tracing", "experimental-memory-mlock",
@@ -92,7 +94,7 @@ var (
 		"discovery-endpoints", "logger", "log-outputs", "cipher-suites", "tls-min-version", "tls-max-version",
 		"feature-gates", "experimental-compact-hash-check-time", "experimental-corrupt-check-time",
 		"experimental-snapshot-catchup-entries", "experimental-compaction-batch-limit",
-		"experimental-warning-apply-duration", "experimental-max-learners", "cors", "host-whitelist", "listen-client-http-urls", "metrics",
+		"experimental-warning-apply-duration", "experimental-max-learners", "cors", "host-whitelist", "metrics",
 		"grpc-keepalive-min-time", "grpc-keepalive-interval", "grpc-keepalive-timeout",
 		"backend-batch-interval", "backend-batch-limit", "backend-bbolt-freelist-type",
 		"self-signed-cert-validity", "max-concurrent-streams", "distributed-tracing-address",

@@ -224,10 +224,12 @@ func runServe(c *cli.Context) error {
 		collectors = append(collectors, snapMetrics.collectors()...)
 	}
 	cfg := server.Config{
-		Name:                c.String("name"),
-		ListenClientURLs:    splitURLs(c.String("listen-client-urls")),
-		AdvertiseClientURLs: advertise,
-		ListenMetricsURLs:   splitURLs(c.String("listen-metrics-urls")),
+		Name:                 c.String("name"),
+		ListenClientURLs:     splitURLs(c.String("listen-client-urls")),
+		AdvertiseClientURLs:  advertise,
+		ListenMetricsURLs:    splitURLs(c.String("listen-metrics-urls")),
+		ListenClientHTTPURLs: splitURLs(c.String("listen-client-http-urls")),
+		DisableGateway:       !c.Bool("enable-grpc-gateway"),
 		TLS: server.TLSFiles{
 			CertFile:       c.String("cert-file"),
 			KeyFile:        c.String("key-file"),

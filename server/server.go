@@ -59,6 +59,9 @@ type Config struct {
 	// ListenClientHTTPURLs, when set, serve the HTTP endpoints and the
 	// JSON gateway, and ListenClientURLs then serve only gRPC.
 	ListenClientHTTPURLs []string
+	// DisableGateway leaves out the JSON gateway (etcd's
+	// --enable-grpc-gateway=false).
+	DisableGateway bool
 	// AdvertiseClientURLs are the URLs reported to clients.
 	AdvertiseClientURLs []string
 	// MaxRequestBytes bounds a write request (etcd's default 1.5 MiB).
@@ -262,11 +265,14 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	epb.RegisterElectionServer(s.grpc, &electionServer{s: s, c: s.recipes})
 	lpb.RegisterLockServer(s.grpc, &lockServer{c: s.recipes})
 	s.metricsHTTP = s.handler()
-	gateway, err := s.gateway()
-	if err != nil {
-		panic(fmt.Sprintf("server: gateway: %v", err))
+	s.http = s.metricsHTTP
+	if !cfg.DisableGateway {
+		gateway, err := s.gateway()
+		if err != nil {
+			panic(fmt.Sprintf("server: gateway: %v", err))
+		}
+		s.http = withGateway(gateway, s.metricsHTTP)
 	}
-	s.http = withGateway(gateway, s.metricsHTTP)
 	return s
 }
 
