@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -81,7 +82,7 @@ func (s *Server) memberHeader() *pb.ResponseHeader {
 	return h
 }
 
-// members lists the members, this one first.
+// members lists the members in ID order, as etcd lists them.
 func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
 	if s.cluster != nil {
 		members, err := s.cluster.Members(ctx)
@@ -107,16 +108,12 @@ func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
 		self.PeerURLs = rec.PeerURLs
 	}
 	out := []*pb.Member{self}
-	ids := make([]uint64, 0, len(records))
-	for id := range records {
+	for id, rec := range records {
 		if id != s.memberID {
-			ids = append(ids, id)
+			out = append(out, &pb.Member{ID: id, PeerURLs: rec.PeerURLs, IsLearner: rec.IsLearner})
 		}
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		out = append(out, &pb.Member{ID: id, PeerURLs: records[id].PeerURLs, IsLearner: records[id].IsLearner})
-	}
+	slices.SortFunc(out, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

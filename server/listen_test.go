@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -40,7 +41,7 @@ func get(t *testing.T, hc *http.Client, u string) (int, string) {
 // address already in use.)
 func TestHTTPAndHTTPSOnOnePort(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
+	port := harness.FreeAddr(t)
 	_, plain := startSett(t, dir, server.Config{
 		ListenClientURLs: []string{"http://" + port, "https://" + port},
 		AutoTLS:          true,
@@ -80,7 +81,7 @@ func TestHTTPAndHTTPSOnOnePort(t *testing.T) {
 // URLs serve gRPC only and the HTTP URLs HTTP only (gateway, health), as
 // etcd 3.5+ splits them; one address cannot be both.
 func TestListenClientHTTPURLs(t *testing.T) {
-	httpAddr := freePort(t)
+	httpAddr := harness.FreeAddr(t)
 	in, cli := startSett(t, "", server.Config{
 		ListenClientURLs:     []string{"http://127.0.0.1:0"},
 		ListenClientHTTPURLs: []string{"http://" + httpAddr},
@@ -108,7 +109,7 @@ func TestListenClientHTTPURLs(t *testing.T) {
 		t.Errorf("/health on the gRPC-only URL answered %s", resp.Status)
 	}
 	// The HTTP URL speaks no gRPC.
-	other := newClient(t, httpAddr)
+	other := harness.NewClient(t, httpAddr)
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := other.Get(cctx, "k"); err == nil {
@@ -116,7 +117,7 @@ func TestListenClientHTTPURLs(t *testing.T) {
 	}
 
 	// One address cannot serve both.
-	same := "http://" + freePort(t)
+	same := "http://" + harness.FreeAddr(t)
 	db, err := openEngine(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
