@@ -17,6 +17,10 @@ type clusterServer struct {
 // MemberList answers with this one member, as a single-node etcd does,
 // or with the live members of a cluster.
 func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	// etcd names the caller first: with auth on, nobody is refused.
+	if err := c.s.requireCaller(ctx); err != nil {
+		return nil, err
+	}
 	if c.s.cluster != nil {
 		members, err := c.s.cluster.Members(ctx)
 		if err != nil {
