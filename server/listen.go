@@ -78,7 +78,7 @@ func (s *Server) serveEndpoint(ep endpoint, tlsConf *tls.Config) error {
 		return err
 	}
 	m := newSniffer(ep.l)
-	hs := &http.Server{Handler: s.http, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}
+	hs := &http.Server{Handler: s.clientHTTP, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}
 	s.trackHTTP(hs)
 	go m.run()
 	go hs.Serve(m.http)
@@ -97,7 +97,7 @@ func (s *Server) dispatch() http.Handler {
 			s.grpc.ServeHTTP(w, r)
 			return
 		}
-		s.http.ServeHTTP(w, r)
+		s.clientHTTP.ServeHTTP(w, r)
 	})
 }
 
