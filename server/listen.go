@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,7 +12,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // endpoint is one listening URL: its raw listener and whether it speaks
@@ -23,14 +27,36 @@ type endpoint struct {
 	metricsOnly bool
 }
 
-func listen(raw string) (endpoint, error) {
+// socketOptions are etcd's --socket-reuse-port and --socket-reuse-address.
+type socketOptions struct{ reusePort, reuseAddr bool }
+
+// listenConfig sets the socket options on each listening socket.
+func (o socketOptions) listenConfig() *net.ListenConfig {
+	return &net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if o.reuseAddr {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			}
+			if o.reusePort && serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+}
+
+func listen(raw string, opts socketOptions) (endpoint, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return endpoint{}, fmt.Errorf("listen url %q: %w", raw, err)
 	}
 	switch u.Scheme {
 	case "http", "https":
-		l, err := net.Listen("tcp", u.Host)
+		l, err := opts.listenConfig().Listen(context.Background(), "tcp", u.Host)
 		if err != nil {
 			return endpoint{}, fmt.Errorf("listen on %s: %w", u.Host, err)
 		}

@@ -104,6 +104,9 @@ type Config struct {
 	// nil or "*": any. HostWhitelist lists the Host headers plain-HTTP
 	// requests may carry (against DNS rebinding); nil or "*": any.
 	CORS, HostWhitelist []string
+	// SocketReusePort and SocketReuseAddr set SO_REUSEPORT and
+	// SO_REUSEADDR on the listening sockets.
+	SocketReusePort, SocketReuseAddr bool
 	// WarningUnaryRequestDuration: a unary request slower than this is
 	// logged as a warning (etcd's default 300ms); negative: never.
 	WarningUnaryRequestDuration time.Duration
@@ -355,7 +358,7 @@ func (s *Server) Listen() error {
 		metrics bool
 	}{{s.cfg.ListenClientURLs, false}, {s.cfg.ListenMetricsURLs, true}} {
 		for _, raw := range set.urls {
-			ep, err := listen(raw)
+			ep, err := listen(raw, socketOptions{reusePort: s.cfg.SocketReusePort, reuseAddr: s.cfg.SocketReuseAddr})
 			if err != nil {
 				s.closeListeners()
 				return err
@@ -388,7 +391,7 @@ func (s *Server) checkNoTLS() error {
 			return fmt.Errorf("%s needs an https or unixs client URL: no plain connection presents a certificate", o.name)
 		}
 	}
-	if len(f.CipherSuites) > 0 || f.MinVersion != 0 || f.MaxVersion != 0 {
+	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
 		s.log.Info("--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and sett has no peer connections")
 	}
 	return nil
