@@ -17,12 +17,21 @@ import (
 // of the history it makes unreachable. With physical set it returns only
 // once that removal is done. The revision does not change.
 func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	// The hash at the revision as it stands before, for HashKV to keep
+	// answering; taken outside the sequencer, so writes do not wait on
+	// the scan, and kept only if no other compaction came in between.
+	pre, preErr := s.hashNow(r.Revision)
 	resp, err := s.submit(ctx, func(w *writer) (any, error) {
 		switch {
 		case r.Revision <= w.compact:
 			return nil, ErrCompacted
 		case r.Revision > w.begin:
 			return nil, ErrFutureRev
+		}
+		if preErr == nil && pre.Revision == r.Revision && pre.CompactRevision == w.compact {
+			if err := putCompactHash(w.tx, pre); err != nil {
+				return nil, err
+			}
 		}
 		// Durable before it is acknowledged: a restart resumes cleanup.
 		if err := putInt(w.tx, metaCompact, r.Revision); err != nil {
@@ -41,6 +50,18 @@ func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 		}
 	}
 	return resp.(*pb.CompactionResponse), nil
+}
+
+// hashNow is HashKV at rev computed on the store as it stands, without
+// the answers remembered from compactions.
+func (s *Store) hashNow(rev int64) (KVHash, error) {
+	v, done, err := s.snapshotView()
+	if err != nil {
+		return KVHash{}, err
+	}
+	defer done()
+	h, _, err := v.hashKV(rev)
+	return h, err
 }
 
 // cleaner removes compacted history in the background, in bounded
