@@ -2,13 +2,10 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -22,60 +19,17 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
 
-// testCA issues the certificates and the revocation list of one test.
-type testCA struct {
-	t    *testing.T
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
+// issue writes a certificate for cn with serial and host names, for
+// servers and clients alike, and returns its file and key file.
+func issue(t *testing.T, p *harness.PKI, cn string, serial int64, hosts ...string) (string, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{t: t, dir: t.TempDir(), cert: cert, key: key, pool: x509.NewCertPool()}
-	ca.pool.AddCert(cert)
-	ca.write("ca.crt", "CERTIFICATE", der)
-	return ca
-}
-
-func (ca *testCA) write(name, kind string, der []byte) string {
-	ca.t.Helper()
-	path := filepath.Join(ca.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		ca.t.Fatal(err)
-	}
-	return path
-}
-
-// issue writes a certificate for cn (with serial and host names), server
-// and client use both, and returns its file and key file.
-func (ca *testCA) issue(cn string, serial int64, hosts ...string) (string, string) {
-	ca.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
@@ -89,36 +43,7 @@ func (ca *testCA) issue(cn string, serial int64, hosts ...string) (string, strin
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
-	return ca.write(cn+"-"+big.NewInt(serial).String()+".crt", "CERTIFICATE", der),
-		ca.write(cn+"-"+big.NewInt(serial).String()+".key", "EC PRIVATE KEY", kder)
-}
-
-// revoke writes a revocation list of the serials and returns its path.
-func (ca *testCA) revoke(serials ...int64) string {
-	ca.t.Helper()
-	list := &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: time.Now().Add(-time.Minute), NextUpdate: time.Now().Add(time.Hour)}
-	for _, s := range serials {
-		list.RevokedCertificateEntries = append(list.RevokedCertificateEntries,
-			x509.RevocationListEntry{SerialNumber: big.NewInt(s), RevocationTime: time.Now().Add(-time.Minute)})
-	}
-	der, err := x509.CreateRevocationList(rand.Reader, list, ca.cert, ca.key)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
-	// DER, as etcd reads it (sett reads PEM too).
-	path := filepath.Join(ca.dir, "revoked.crl")
-	if err := os.WriteFile(path, der, 0o600); err != nil {
-		ca.t.Fatal(err)
-	}
-	return path
+	return p.IssueFrom(t, fmt.Sprintf("%s-%d", cn, serial), tmpl)
 }
 
 // client is a client's side of the handshake: its certificate and the
@@ -135,14 +60,14 @@ type tlsClientCase struct {
 
 // health asks https://addr/health as the case's client; it reports
 // whether the server let the client in.
-func (ca *testCA) health(addr string, c tlsClientCase) (bool, error) {
-	ca.t.Helper()
-	crt, key := ca.issue(c.cn, c.serial, c.hosts...)
+func health(t *testing.T, p *harness.PKI, addr string, c tlsClientCase) (bool, error) {
+	t.Helper()
+	crt, key := issue(t, p, c.cn, c.serial, c.hosts...)
 	pair, err := tls.LoadX509KeyPair(crt, key)
 	if err != nil {
-		ca.t.Fatal(err)
+		t.Fatal(err)
 	}
-	conf := &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{pair}, MinVersion: c.min, MaxVersion: c.max, CipherSuites: c.suites}
+	conf := &tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{pair}, MinVersion: c.min, MaxVersion: c.max, CipherSuites: c.suites}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Get("https://" + addr + "/health")
@@ -160,7 +85,7 @@ func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
 	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", "error", []string{"/dev/null"}
-	client, peer := "https://"+freePort(t), "http://"+freePort(t)
+	client, peer := "https://"+harness.FreeAddr(t), "http://"+harness.FreeAddr(t)
 	cu, _ := url.Parse(client)
 	pu, _ := url.Parse(peer)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
@@ -194,11 +119,11 @@ func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
 // configured ones are refused by sett as by a real etcd configured alike;
 // a client within all of them gets in.
 func TestClientTLSRules(t *testing.T) {
-	ca := newTestCA(t)
-	srvCrt, srvKey := ca.issue("server", 2, "127.0.0.1", "localhost")
-	base := server.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: filepath.Join(ca.dir, "ca.crt"), ClientCertAuth: true}
+	ca := harness.NewPKI(t)
+	srvCrt, srvKey := issue(t, ca, "server", 2, "127.0.0.1", "localhost")
+	base := server.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: ca.CA, ClientCertAuth: true}
 	tls12Only := base
-	tls12Only.CRLFile = ca.revoke(7)
+	tls12Only.CRLFile = ca.Revoke(t, 7)
 	tls12Only.AllowedCNs = []string{"alice"}
 	tls12Only.MinVersion, tls12Only.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 	// etcd's HTTP/2 needs an AES_128_GCM suite among those configured.
@@ -231,7 +156,7 @@ func TestClientTLSRules(t *testing.T) {
 			sides := map[string]string{"sett": in.addr, "etcd": startEtcdTLS(t, conf.files)}
 			for _, c := range conf.cases {
 				for side, addr := range sides {
-					ok, err := ca.health(addr, c)
+					ok, err := health(t, ca, addr, c)
 					if ok == c.wantRefused {
 						t.Errorf("%s: %s: let in = %t (err %v), want %t", side, c.name, ok, err, !c.wantRefused)
 					}
@@ -244,10 +169,10 @@ func TestClientTLSRules(t *testing.T) {
 // TestClientTLSRefusedAtStart: TLS settings that cannot all hold, or that
 // would not be applied, stop the server from starting, with the reason.
 func TestClientTLSRefusedAtStart(t *testing.T) {
-	ca := newTestCA(t)
-	crt, key := ca.issue("server", 2, "127.0.0.1")
-	tlsBase := server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: filepath.Join(ca.dir, "ca.crt"), ClientCertAuth: true}
-	badCRL := filepath.Join(ca.dir, "bad.crl")
+	ca := harness.NewPKI(t)
+	crt, key := issue(t, ca, "server", 2, "127.0.0.1")
+	tlsBase := server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: ca.CA, ClientCertAuth: true}
+	badCRL := filepath.Join(ca.Dir, "bad.crl")
 	os.WriteFile(badCRL, []byte("not a crl"), 0o600)
 	for _, c := range []struct {
 		name  string
@@ -255,7 +180,7 @@ func TestClientTLSRefusedAtStart(t *testing.T) {
 		edit  func(*server.TLSFiles)
 		want  string
 	}{
-		{"crl without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.CRLFile = ca.revoke(7) }, "--client-crl-file needs --client-cert-auth"},
+		{"crl without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.CRLFile = ca.Revoke(t, 7) }, "--client-crl-file needs --client-cert-auth"},
 		{"cn without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.AllowedCNs = []string{"a"} }, "--client-cert-allowed-cn needs --client-cert-auth"},
 		{"cn and hostname", true, func(f *server.TLSFiles) { f.AllowedCNs, f.AllowedHostnames = []string{"a"}, []string{"b"} }, "mutually exclusive"},
 		{"min above max", true, func(f *server.TLSFiles) { f.MinVersion, f.MaxVersion = tls.VersionTLS13, tls.VersionTLS12 }, "greater than --tls-max-version"},
@@ -264,7 +189,7 @@ func TestClientTLSRefusedAtStart(t *testing.T) {
 		}, "--cipher-suites cannot be set"},
 		{"unreadable crl", true, func(f *server.TLSFiles) { f.CRLFile = badCRL }, "--client-crl-file"},
 		{"client-cert-auth over http", false, func(f *server.TLSFiles) {}, "--client-cert-auth needs an https or unixs client URL"},
-		{"crl over http", false, func(f *server.TLSFiles) { f.CRLFile = ca.revoke(7) }, "needs an https or unixs client URL"},
+		{"crl over http", false, func(f *server.TLSFiles) { f.CRLFile = ca.Revoke(t, 7) }, "needs an https or unixs client URL"},
 	} {
 		files := tlsBase
 		c.edit(&files)

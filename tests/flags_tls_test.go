@@ -1,15 +1,12 @@
-package main
+package tests
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // TestTLSFlags: sett's command line applies the client TLS flags: a
@@ -25,35 +24,23 @@ import (
 // cipher suite outside those configured are refused; an allowed client
 // is served.
 func TestTLSFlags(t *testing.T) {
-	p := newPKI(t)
-	crt, key := p.issue(t, "server", 2, false)
-	// The revocation list's signature is not what is checked (etcd does
-	// not check it either); its issuer needs the CRL-signing usage.
-	issuer := *p.ca
-	issuer.KeyUsage |= x509.KeyUsageCRLSign
-	crlDER, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
-		Number: big.NewInt(1), ThisUpdate: time.Now().Add(-time.Minute), NextUpdate: time.Now().Add(time.Hour),
-		RevokedCertificateEntries: []x509.RevocationListEntry{{SerialNumber: big.NewInt(7), RevocationTime: time.Now()}},
-	}, &issuer, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crl := filepath.Join(p.dir, "revoked.crl")
-	os.WriteFile(crl, crlDER, 0o600)
-	addr := freePort(t)
+	p := harness.NewPKI(t)
+	crt, key := p.Issue(t, "server", 2, false)
+	crl := p.Revoke(t, 7)
+	addr := harness.FreeAddr(t)
 	c := spawn(t, "--data-dir="+t.TempDir(), "--listen-client-urls=https://"+addr, "--log-format=json",
-		"--cert-file="+crt, "--key-file="+key, "--trusted-ca-file="+filepath.Join(p.dir, "ca.crt"),
+		"--cert-file="+crt, "--key-file="+key, "--trusted-ca-file="+p.CA,
 		"--client-cert-auth", "--client-crl-file="+crl, "--client-cert-allowed-cn=alice",
 		"--tls-max-version=TLS1.2",
 		// etcd's short name for the CHACHA20 suite.
 		"--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305")
 	client := func(cn string, serial int64) *tls.Config {
-		crt, key := p.issue(t, cn, serial, true)
+		crt, key := p.Issue(t, cn, serial, true)
 		pair, err := tls.LoadX509KeyPair(crt, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{pair}}
+		return &tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{pair}}
 	}
 	c.awaitReady(tlsClient(t, addr, client("alice", 8)))
 
@@ -78,12 +65,8 @@ func TestTLSFlags(t *testing.T) {
 // is installed in etcd's place, with env added to its environment.
 func spawnEtcd(t *testing.T, env []string, args ...string) *child {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(t.TempDir(), "etcd")
-	if err := os.Symlink(exe, bin); err != nil {
+	if err := os.Symlink(settBin, bin); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.CreateTemp(t.TempDir(), "etcd-*.log")
@@ -92,7 +75,7 @@ func spawnEtcd(t *testing.T, env []string, args ...string) *child {
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,7 +100,7 @@ func spawnEtcd(t *testing.T, env []string, args ...string) *child {
 // and logs nothing at error level through a round of ordinary requests.
 func TestRunsAsEtcd(t *testing.T) {
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr := harness.FreeAddr(t)
 	logPath := filepath.Join(dir, "etcd.log")
 	conf := filepath.Join(dir, "etcd.conf.yml")
 	os.WriteFile(conf, fmt.Appendf(nil, `
@@ -134,7 +117,7 @@ client-transport-security:
 `, filepath.Join(dir, "data"), addr, addr, logPath), 0o600)
 	c := spawnEtcd(t, []string{"ETCD_DATA_DIR=/proc/no-such-dir"},
 		"--config-file", conf, "--listen-client-urls=bogus://x", "--log-format=text")
-	cli := newClient(t, addr)
+	cli := harness.NewClient(t, addr)
 	c.awaitReady(cli)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -197,7 +180,7 @@ client-transport-security:
 			}
 		}
 		if ts, _ := e["ts"].(string); ts != "" {
-			if _, err := time.Parse(zapTime, ts); err != nil {
+			if _, err := time.Parse("2006-01-02T15:04:05.000000Z0700", ts); err != nil {
 				t.Errorf("ts %q is not etcd's time format: %v", ts, err)
 			}
 		}
