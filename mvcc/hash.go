@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"hash"
 	"hash/crc32"
@@ -37,11 +38,13 @@ type KVHash struct {
 // A compaction at C changes what is hashed at C and above. So that the
 // hash at C does not change under whoever compares it over time
 // (corruption checks), Compact records the hash at C as it stood just
-// before, with the compaction, and HashKV(C) answers that, as etcd's
-// does. etcd keeps its last ten such hashes in memory; sett keeps the
-// last one, durably, so it also survives a restart and travels in
-// sett's snapshots.
+// before (computed in the background, on a snapshot taken before), and
+// HashKV(C) answers that, as etcd's does; asked while it is being
+// computed, HashKV waits for it. etcd keeps its last ten such hashes in
+// memory; sett keeps the last one, durably, so it also survives a
+// restart and travels in sett's own snapshots.
 func (s *Store) HashKV(rev int64) (KVHash, int64, error) {
+	s.hasher.wait(rev)
 	v, done, err := s.snapshotView()
 	if err != nil {
 		return KVHash{}, 0, err
@@ -50,7 +53,7 @@ func (s *Store) HashKV(rev int64) (KVHash, int64, error) {
 	if h, ok := compactHash(v.r); ok && rev > 0 && h.Revision == rev && rev <= v.rev {
 		return h, v.rev, nil
 	}
-	return v.hashKV(rev)
+	return v.hashKV(context.Background(), rev)
 }
 
 // compactHash reads the hash the last compaction recorded.
@@ -72,8 +75,8 @@ func putCompactHash(tx engine.Txn, h KVHash) error {
 	return tx.Put(metaCompactHash, binary.BigEndian.AppendUint64(b, uint64(h.Revision)))
 }
 
-// hashKV is HashKV on one view.
-func (v *view) hashKV(rev int64) (KVHash, int64, error) {
+// hashKV is HashKV on one view; it gives up when ctx ends.
+func (v *view) hashKV(ctx context.Context, rev int64) (KVHash, int64, error) {
 	rev, err := v.checkRev(rev)
 	if err != nil {
 		return KVHash{}, v.rev, err
@@ -84,7 +87,10 @@ func (v *view) hashKV(rev int64) (KVHash, int64, error) {
 	defer it.Close()
 	var group []byte
 	newest := false // the key's newest version <= rev is yet to come
-	for ; it.Valid(); it.Next() {
+	for n := 0; it.Valid(); it.Next() {
+		if n++; n%1024 == 0 && ctx.Err() != nil {
+			return KVHash{}, v.rev, ctx.Err()
+		}
 		raw, gl, orev, err := splitKey(it.Key())
 		if err != nil {
 			return KVHash{}, v.rev, err
