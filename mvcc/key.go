@@ -161,11 +161,12 @@ func splitLogKey(k []byte) (rev int64, sub int, err error) {
 }
 
 var (
-	metaState   = []byte("mstate")   // revision, applied index, writer's epoch
-	metaCompact = []byte("mcompact") // compact revision requested
-	metaCleaned = []byte("mcleaned") // compact revision fully cleaned up
-	metaMember  = []byte("mmember")  // cluster and member ids, raft term
-	metaLayout  = []byte("mlayout")  // version of the key layout above
-	metaAlarms  = []byte("malarms")  // active alarms (alarm.go)
-	metaPending = []byte("mpending") // revision a large request is writing (spill.go)
+	metaState       = []byte("mstate")       // revision, applied index, writer's epoch
+	metaCompact     = []byte("mcompact")     // compact revision requested
+	metaCleaned     = []byte("mcleaned")     // compact revision fully cleaned up
+	metaMember      = []byte("mmember")      // cluster and member ids, raft term
+	metaLayout      = []byte("mlayout")      // version of the key layout above
+	metaAlarms      = []byte("malarms")      // active alarms (alarm.go)
+	metaPending     = []byte("mpending")     // revision a large request is writing (spill.go)
+	metaCompactHash = []byte("mcompacthash") // HashKV at the compact revision before it (hash.go)
 )

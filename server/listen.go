@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,7 +12,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // endpoint is one listening address and what it serves. Several URLs
@@ -29,6 +33,28 @@ type endpoint struct {
 	metricsOnly bool
 }
 
+// socketOptions are etcd's --socket-reuse-port and --socket-reuse-address.
+type socketOptions struct{ reusePort, reuseAddr bool }
+
+// listenConfig sets the socket options on each listening socket.
+func (o socketOptions) listenConfig() *net.ListenConfig {
+	return &net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if o.reuseAddr {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			}
+			if o.reusePort && serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+}
+
 // address is where a listen URL listens, and whether over TLS.
 func address(raw string) (network, addr string, secure bool, err error) {
 	u, err := url.Parse(raw)
@@ -44,13 +70,17 @@ func address(raw string) (network, addr string, secure bool, err error) {
 	return "", "", false, fmt.Errorf("listen url %q: unsupported scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
 }
 
-func listen(network, addr string) (net.Listener, error) {
+func listen(network, addr string, opts socketOptions) (net.Listener, error) {
 	if network == "unix" {
 		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("remove stale socket %s: %w", addr, err)
 		}
 	}
-	l, err := net.Listen(network, addr)
+	lc := &net.ListenConfig{}
+	if network == "tcp" {
+		lc = opts.listenConfig()
+	}
+	l, err := lc.Listen(context.Background(), network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
@@ -66,7 +96,7 @@ func listen(network, addr string) (net.Listener, error) {
 
 // serveEndpoint serves an endpoint until its listener closes.
 func (s *Server) serveEndpoint(ep endpoint) error {
-	web := s.http
+	web := s.clientHTTP
 	if ep.metricsOnly {
 		web = s.metricsHTTP
 	}

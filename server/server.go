@@ -97,6 +97,28 @@ type Config struct {
 	// ClusterToken names the cluster; members with the same token report
 	// the same cluster ID. Only used with Cluster; default "sett".
 	ClusterToken string
+
+	// SelfSignedCertValidity is how many years an AutoTLS certificate is
+	// valid (etcd's default 1).
+	SelfSignedCertValidity int
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection (etcd's default: 2^32-1).
+	MaxConcurrentStreams uint32
+	// GRPCKeepaliveMinTime is the least time a client should wait between
+	// keepalive pings (etcd's default 5s); GRPCKeepaliveInterval is how
+	// long a quiet connection waits before the server pings it (2h), and
+	// GRPCKeepaliveTimeout how long it then waits for the answer (20s).
+	GRPCKeepaliveMinTime, GRPCKeepaliveInterval, GRPCKeepaliveTimeout time.Duration
+	// CORS lists the origins browsers may call the HTTP endpoints from;
+	// nil or "*": any. HostWhitelist lists the Host headers plain-HTTP
+	// requests may carry (against DNS rebinding); nil or "*": any.
+	CORS, HostWhitelist []string
+	// SocketReusePort and SocketReuseAddr set SO_REUSEPORT and
+	// SO_REUSEADDR on the listening sockets.
+	SocketReusePort, SocketReuseAddr bool
+	// WarningUnaryRequestDuration: a unary request slower than this is
+	// logged as a warning (etcd's default 300ms); negative: never.
+	WarningUnaryRequestDuration time.Duration
 }
 
 // Store is what the server needs of mvcc.
@@ -148,6 +170,9 @@ type Server struct {
 	// metricsHTTP serves; metricsHTTP serves --listen-metrics-urls.
 	http        http.Handler
 	metricsHTTP http.Handler
+	// clientHTTP is http behind --cors and --host-whitelist, as the
+	// client URLs serve it.
+	clientHTTP http.Handler
 	// loop is the in-process connection the gateway and the election
 	// and lock services call the gRPC services through; recipes is the
 	// client those services run etcd's recipes with.
@@ -194,6 +219,24 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	if cfg.WatchProgressNotifyInterval == 0 {
 		cfg.WatchProgressNotifyInterval = 10 * time.Minute
 	}
+	if cfg.SelfSignedCertValidity <= 0 {
+		cfg.SelfSignedCertValidity = 1
+	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = 1<<32 - 1
+	}
+	if cfg.GRPCKeepaliveMinTime == 0 {
+		cfg.GRPCKeepaliveMinTime = 5 * time.Second
+	}
+	if cfg.GRPCKeepaliveInterval == 0 {
+		cfg.GRPCKeepaliveInterval = 2 * time.Hour
+	}
+	if cfg.GRPCKeepaliveTimeout == 0 {
+		cfg.GRPCKeepaliveTimeout = 20 * time.Second
+	}
+	if cfg.WarningUnaryRequestDuration == 0 {
+		cfg.WarningUnaryRequestDuration = 300 * time.Millisecond
+	}
 	if cfg.Auth == nil {
 		tokens, _ := auth.NewTokens("simple", 0)
 		a, err := auth.Open(store, tokens, 0)
@@ -234,19 +277,19 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(newCodec()),
-		grpc.ChainUnaryInterceptor(s.metrics.unary),
+		grpc.ChainUnaryInterceptor(s.metrics.unary, s.logSlow),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.StatsHandler(byteCounter{s.metrics}),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverhead),
 		grpc.MaxSendMsgSize(1<<31-1),
-		grpc.MaxConcurrentStreams(1<<32-1),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             5 * time.Second,
+			MinTime:             cfg.GRPCKeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    2 * time.Hour,
-			Timeout: 20 * time.Second,
+			Time:    cfg.GRPCKeepaliveInterval,
+			Timeout: cfg.GRPCKeepaliveTimeout,
 		}),
 	)
 	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
@@ -273,6 +316,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 		}
 		s.http = withGateway(gateway, s.metricsHTTP)
 	}
+	s.clientHTTP = s.accessControl(s.http)
 	return s
 }
 
@@ -318,15 +362,22 @@ func (s *Server) admit(m proto.Message) error {
 // Listen opens every client and metrics URL. It is separate from Serve so
 // that a caller learns of a busy port before it reports itself ready.
 func (s *Server) Listen() error {
+	if !s.needsTLS() {
+		if err := s.checkNoTLS(); err != nil {
+			return err
+		}
+	}
 	if s.tlsConf == nil && s.needsTLS() {
 		files := s.cfg.TLS
 		if files.Empty() && s.cfg.AutoTLS {
 			var err error
-			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()))
+			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
 			if err != nil {
 				return fmt.Errorf("auto tls: %w", err)
 			}
-			files.ClientCertAuth, files.TrustedCAFile = s.cfg.TLS.ClientCertAuth, s.cfg.TLS.TrustedCAFile
+			cert, key := files.CertFile, files.KeyFile
+			files = s.cfg.TLS
+			files.CertFile, files.KeyFile = cert, key
 		}
 		if files.Empty() {
 			return errors.New("https or unixs URLs need --cert-file and --key-file, or --auto-tls")
@@ -343,7 +394,7 @@ func (s *Server) Listen() error {
 	}
 	for _, ep := range eps {
 		network, addr, _, _ := address(ep.urls[0])
-		l, err := listen(network, addr)
+		l, err := listen(network, addr, socketOptions{reusePort: s.cfg.SocketReusePort, reuseAddr: s.cfg.SocketReuseAddr})
 		if err != nil {
 			s.closeListeners()
 			return err
@@ -406,6 +457,30 @@ func (s *Server) endpointsOf() ([]endpoint, error) {
 // port0 reports whether addr asks for any free port, where two URLs
 // name two listeners.
 func port0(addr string) bool { return strings.HasSuffix(addr, ":0") }
+
+// checkNoTLS refuses client TLS settings when no URL serves TLS: they
+// would be accepted and never applied. The settings etcd applies to its
+// peers as well are only noted: sett has no peers.
+func (s *Server) checkNoTLS() error {
+	f := s.cfg.TLS
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"--client-cert-auth", f.ClientCertAuth},
+		{"--client-crl-file", f.CRLFile != ""},
+		{"--client-cert-allowed-cn", len(f.AllowedCNs) > 0},
+		{"--client-cert-allowed-hostname", len(f.AllowedHostnames) > 0},
+	} {
+		if o.set {
+			return fmt.Errorf("%s needs an https or unixs client URL: no plain connection presents a certificate", o.name)
+		}
+	}
+	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
+		s.log.Info("--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and sett has no peer connections")
+	}
+	return nil
+}
 
 func (s *Server) needsTLS() bool {
 	for _, u := range s.allURLs() {
