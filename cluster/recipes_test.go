@@ -114,4 +114,3 @@ func awaitCount(t *testing.T, cli *clientv3.Client, prefix string, n int64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
