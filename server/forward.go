@@ -41,7 +41,7 @@ const forwardedKey = "sett-forwarded"
 // went silent (a partition that drops packets rather than refusing
 // them) is noticed even on a connection with nothing else in flight.
 // gRPC allows no ping interval under 10s, and the server side allows
-// one every 5s (etcd's --grpc-keepalive-min-time).
+// one every --grpc-keepalive-min-time (5s by default).
 const (
 	forwardPingEvery   = 10 * time.Second
 	forwardPingTimeout = 5 * time.Second
@@ -158,7 +158,9 @@ func (f *forwarder) connect(ctx context.Context, id uint64) (*grpc.ClientConn, e
 		grpc.WithTransportCredentials(creds),
 		grpc.WithStatsHandler(sendTracker{}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time:                forwardPingEvery,
+			// No more often than the leader lets clients ping
+			// (--grpc-keepalive-min-time, the same on every member).
+			Time:                max(forwardPingEvery, f.s.cfg.GRPCKeepaliveMinTime),
 			Timeout:             forwardPingTimeout,
 			PermitWithoutStream: true,
 		}),
@@ -279,12 +281,13 @@ func (f *forwarder) dialTarget(raw string) (string, credentials.TransportCredent
 // etcd's client TLS info gives it: the leader's certificate is verified
 // against --trusted-ca-file (the system roots without one), and the
 // member presents --client-cert-file, or its serving certificate when
-// that is not set. With --auto-tls every member's certificate is its own
+// that is not set, with the cipher suites and TLS versions it serves
+// with. With --auto-tls every member's certificate is its own
 // self-signed one, which nothing can verify: as etcd does, the leader's
 // is then not verified.
 func (s *Server) clientTLS() (*tls.Config, error) {
 	files := s.cfg.TLS
-	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	conf := &tls.Config{MinVersion: max(files.MinVersion, tls.VersionTLS12), MaxVersion: files.MaxVersion, CipherSuites: files.CipherSuites}
 	if files.TrustedCAFile != "" {
 		b, err := os.ReadFile(files.TrustedCAFile)
 		if err != nil {
@@ -300,7 +303,7 @@ func (s *Server) clientTLS() (*tls.Config, error) {
 		cert, key = files.CertFile, files.KeyFile
 	}
 	if cert == "" && s.cfg.AutoTLS {
-		auto, err := selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.cfg.ListenClientURLs))
+		auto, err := selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
 		if err != nil {
 			return nil, fmt.Errorf("auto tls: %w", err)
 		}

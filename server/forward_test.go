@@ -12,7 +12,7 @@ import (
 // refused at start rather than found missing at the first forward.
 func TestClientFilesChecked(t *testing.T) {
 	dir := t.TempDir()
-	files, err := selfSigned(dir, []string{"127.0.0.1"})
+	files, err := selfSigned(dir, []string{"127.0.0.1"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
