@@ -483,7 +483,11 @@ func (s *Server) checkNoTLS() error {
 		}
 	}
 	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
-		s.log.Info("--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and sett has no peer connections")
+		msg := "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and a single sett makes none of its own"
+		if s.cluster != nil {
+			msg = "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS, so only this member's forwarding to an https leader uses them"
+		}
+		s.log.Info(msg)
 	}
 	return nil
 }
