@@ -48,12 +48,16 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		return nil, err
 	}
 	size := m.s.sizer.Size()
+	inUse := size
+	if iu, ok := m.s.sizer.(inUser); ok {
+		inUse = iu.InUse()
+	}
 	idx := m.s.store.AppliedIndex()
 	resp := &pb.StatusResponse{
 		Header:           &pb.ResponseHeader{},
 		Version:          Version,
 		DbSize:           size,
-		DbSizeInUse:      size,
+		DbSizeInUse:      inUse,
 		Leader:           m.s.election.Leader(),
 		RaftIndex:        idx,
 		RaftTerm:         m.s.raftTerm(),
@@ -82,6 +86,7 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	if !ok {
 		return nil, unimplemented("defragment")
 	}
+	defer m.s.metrics.defragging()()
 	before := m.s.sizer.Size()
 	m.s.log.Info("starting defragment", "db_size", before)
 	start := time.Now()
@@ -126,6 +131,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	}
 	total := snapshot.Size(info.Size) - sha256.Size // before the checksum
 	start := time.Now()
+	defer since(m.s.metrics.snapshotDuration, start)
 	m.s.log.Info("sending database snapshot to client", "total_bytes", total, "revision", info.Revision)
 
 	pr, pw := io.Pipe()
@@ -181,6 +187,7 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 	if !ok {
 		return nil, unimplemented("hash")
 	}
+	defer since(m.s.metrics.hashDuration, time.Now())
 	sum, rev, err := h.Hash()
 	if err != nil {
 		return nil, toGRPC(err)
@@ -199,6 +206,7 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if !ok {
 		return nil, unimplemented("hashkv")
 	}
+	defer since(m.s.metrics.hashRev, time.Now())
 	kv, rev, err := h.HashKV(r.Revision)
 	if err != nil {
 		return nil, toGRPC(err)

@@ -49,6 +49,8 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		go ws.s.monitorLeader(ctx, cancel)
 	}
 	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher), kick: make(chan struct{}, 1)}
+	ws.s.metrics.watchStreams.Inc()
+	defer ws.s.metrics.watchStreams.Dec()
 	defer func() {
 		cancel(nil)
 		st.wg.Wait()
@@ -209,11 +211,24 @@ func (st *watchStream) send(r *pb.WatchResponse) error {
 	m.watchResponseBytes.Observe(n)
 	m.watchSendingBytes.Add(n)
 	m.watchSendingStreams.Inc()
-	defer func() {
-		m.watchSendingBytes.Sub(n)
-		m.watchSendingStreams.Dec()
-	}()
-	return st.grpc.Send(r)
+	events := len(r.Events)
+	m.eventsPending.Add(float64(events))
+	start := time.Now()
+	err := st.grpc.Send(r)
+	took := time.Since(start)
+	m.watchSendingBytes.Sub(n)
+	m.watchSendingStreams.Dec()
+	m.eventsPending.Sub(float64(events))
+	switch {
+	case err != nil:
+	case events > 0:
+		m.sentEvents(events, took)
+	case r.Created || r.Canceled:
+		m.sendControl.Observe(took.Seconds())
+	default:
+		m.sendProgress.Observe(took.Seconds())
+	}
+	return err
 }
 
 func (st *watchStream) header() *pb.ResponseHeader {
