@@ -408,7 +408,7 @@ func (s *Store) report(batch []*request, results []result) {
 	for i := range results {
 		if results[i].err == nil {
 			all.add(results[i].ops)
-			txns += results[i].ops.txns()
+			txns += results[i].ops.txnCount()
 		}
 	}
 	s.counters.count(all, txns)

@@ -64,6 +64,10 @@ func (s *Store) Stats() Stats {
 // store's counters once the request has committed (or, for a read, run).
 type ops struct {
 	ranges, puts, deletes, putBytes int64
+	// apart counts the ranges (of ranges) that etcd runs in a
+	// transaction of their own (a writing txn's compares), and txns how
+	// many of those had more than one operation.
+	apart, txns int64
 }
 
 func (o *ops) add(p ops) {
@@ -71,14 +75,19 @@ func (o *ops) add(p ops) {
 	o.puts += p.puts
 	o.deletes += p.deletes
 	o.putBytes += p.putBytes
+	o.apart += p.apart
+	o.txns += p.txns
 }
 
-// txns is 1 if o is a request of more than one operation.
-func (o ops) txns() int64 {
-	if o.ranges+o.puts+o.deletes > 1 {
-		return 1
+// txnCount is how many of etcd's mvcc transactions of more than one
+// operation the request ran: itself if it ran more than one, and its
+// parts that run apart.
+func (o ops) txnCount() int64 {
+	n := o.txns
+	if o.ranges-o.apart+o.puts+o.deletes > 1 {
+		n++
 	}
-	return 0
+	return n
 }
 
 // count adds the operations of requests, txns of which ran more than

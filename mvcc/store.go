@@ -305,6 +305,6 @@ func (s *Store) readTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	defer done()
 	w := &writer{compact: v.compact, begin: v.rev, reader: v.r, leases: s.leases}
 	resp, err := w.applyTxn(r)
-	s.counters.count(w.ops, w.ops.txns())
+	s.counters.count(w.ops, w.ops.txnCount())
 	return resp, err
 }
