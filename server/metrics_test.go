@@ -99,4 +99,3 @@ func gatherValues(families map[string]*dto.MetricFamily) map[string]float64 {
 	}
 	return out
 }
-
