@@ -175,6 +175,7 @@ func newMetrics(s *Server) *metrics {
 		gauge("etcd_server_is_learner", "1 if this member is a learner: never, sett members all take part in full.", func() float64 { return 0 }),
 		gauge("etcd_mvcc_db_total_size_in_bytes", "Bytes the data directory occupies on disk.", func() float64 { return float64(s.sizer.Size()) }),
 		gauge("etcd_server_quota_backend_bytes", "The --quota-backend-bytes setting.", func() float64 { return float64(s.cfg.QuotaBackendBytes) }),
+		gauge("etcd_debugging_mvcc_slow_watcher_total", "Watchers catching up from the store's history, the recent events in memory no longer holding their next revision.", func() float64 { return float64(s.hub.Slow()) }),
 		gauge("etcd_debugging_mvcc_keys_total", "Keys that exist at the current revision.", func() float64 { return float64(s.store.Keys()) }),
 		gauge("etcd_debugging_mvcc_current_revision", "The current revision.", func() float64 { return float64(s.store.Rev()) }),
 		gauge("etcd_debugging_mvcc_compact_revision", "The revision of the latest compaction.", func() float64 { return float64(s.store.CompactRev()) }),

@@ -335,6 +335,7 @@ func (st *watchStream) cancelWatch(id int64) error {
 		return nil
 	}
 	sw.canceled = true
+	sw.w.Close()
 	st.s.metrics.watchers.Dec()
 	return st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Canceled: true})
 }
@@ -346,9 +347,14 @@ func (st *watchStream) cancelWatch(id int64) error {
 func (st *watchStream) pump() {
 	defer st.wg.Done()
 	defer func() {
+		st.stepMu.Lock()
 		st.mu.Lock()
 		st.s.metrics.watchers.Sub(float64(len(st.watchers)))
+		for _, sw := range st.watchers {
+			sw.w.Close()
+		}
 		st.mu.Unlock()
+		st.stepMu.Unlock()
 	}()
 	for {
 		head, changed := st.hub.Head()
@@ -404,6 +410,7 @@ func (st *watchStream) step(sw *streamWatcher, head int64) error {
 		delete(st.watchers, sw.id)
 		st.mu.Unlock()
 		sw.canceled = true
+		sw.w.Close()
 		st.s.metrics.watchers.Dec()
 		return st.send(&pb.WatchResponse{Header: st.header(), WatchId: sw.id, Canceled: true, CancelReason: err.Error()})
 	}
