@@ -176,6 +176,10 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	db := st.eng
+	// Snapshots in etcd's format are built in <data-dir>/tmp; what a
+	// crash left there is of no use. The engine holds the data dir's
+	// lock by now, so no other sett is using it.
+	os.RemoveAll(filepath.Join(dir, "tmp"))
 	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: ringBytes})
 	// On a shared engine (TiKV) this member is one of several: it leads
 	// only once elected, and follows meanwhile.
