@@ -18,17 +18,19 @@ type request struct {
 	op    string
 	apply func(*writer) (any, error)
 	done  chan result
+
+	// The sequencer notes how long apply ran and what it did, and
+	// whether the request failed for a reason of the store's own (see
+	// Stats.Failed); the submitter reads failed once done delivers.
+	took   time.Duration
+	ops    ops
+	failed bool
 }
 
+// result is kept small: a batch's results are allocated per commit.
 type result struct {
 	resp any
 	err  error
-	// took is how long apply ran; ops what it did.
-	took time.Duration
-	ops  ops
-	// failed is set when the request did not commit for a reason of
-	// the store's own (see Stats.Failed).
-	failed bool
 }
 
 // submit queues a write and waits for it to be committed. If ctx ends
@@ -38,36 +40,37 @@ type result struct {
 func (s *Store) submit(ctx context.Context, op string, apply func(*writer) (any, error)) (any, error) {
 	start := time.Now()
 	s.counters.pending.Add(1)
-	res := s.enqueue(ctx, &request{op: op, apply: apply, done: make(chan result, 1)})
+	res, failed := s.enqueue(ctx, &request{op: op, apply: apply, done: make(chan result, 1)})
 	s.counters.pending.Add(-1)
-	if res.failed {
+	if failed {
 		s.counters.failed.Add(1)
 	}
 	if o := s.observe(); o != nil && op != "" {
-		o.Served(op, !res.failed, time.Since(start))
+		o.Served(op, !failed, time.Since(start))
 	}
 	return res.resp, res.err
 }
 
-// enqueue hands req to the sequencer and waits for its result.
-func (s *Store) enqueue(ctx context.Context, req *request) result {
+// enqueue hands req to the sequencer and waits for its result, which
+// failed if the store could not commit it.
+func (s *Store) enqueue(ctx context.Context, req *request) (result, bool) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return result{err: ErrClosed, failed: true}
+		return result{err: ErrClosed}, true
 	}
 	select {
 	case s.queue <- req:
 	case <-ctx.Done():
 		s.mu.RUnlock()
-		return result{err: ctx.Err(), failed: true}
+		return result{err: ctx.Err()}, true
 	}
 	s.mu.RUnlock()
 	select {
 	case res := <-req.done:
-		return res
+		return res, req.failed
 	case <-ctx.Done():
-		return result{err: ctx.Err(), failed: true}
+		return result{err: ctx.Err()}, true
 	}
 }
 
@@ -191,7 +194,8 @@ func (s *Store) commit(batch []*request) int {
 			req.done <- result{err: err}
 			return n + 1
 		}
-		results = append(results, result{resp: resp, err: err, took: took, ops: w.ops})
+		req.took, req.ops = took, w.ops
+		results = append(results, result{resp: resp, err: err})
 		if err != nil {
 			continue
 		}
@@ -329,7 +333,7 @@ func (s *Store) commitLarge(req *request) {
 	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
 	tx, err := newSpillTxn(t.eng, rev+1)
 	if err != nil {
-		req.done <- result{err: err, failed: true}
+		s.failAll([]*request{req}, err)
 		return
 	}
 	var undos []func()
@@ -363,7 +367,8 @@ func (s *Store) commitLarge(req *request) {
 			// Deposed midway: the next leader takes the partial writes
 			// back (see Lead), and this member may not write. Or the
 			// disk failed: opening the store again takes them back.
-			req.done <- result{err: err, failed: commitErr}
+			req.failed = commitErr
+			req.done <- result{err: err}
 			return
 		}
 		if uerr := undoRevision(t.eng, s.rev.Load()+1); uerr != nil {
@@ -375,13 +380,15 @@ func (s *Store) commitLarge(req *request) {
 		if errors.Is(err, engine.ErrTxnTooBig) {
 			err = ErrTooLarge
 		}
-		req.done <- result{err: err, failed: commitErr}
+		req.failed = commitErr
+		req.done <- result{err: err}
 		return
 	}
 	s.log.Info("committed a large request", "revision", rev, "changes", len(w.events),
 		"engine_transactions", tx.commits+1)
 	// Its engine transactions were its apply: report it all as that.
-	s.report([]*request{req}, []result{{took: took, ops: w.ops}})
+	req.took, req.ops = took, w.ops
+	s.report([]*request{req}, []result{{}})
 	s.publish(rev, w.compact, applied, w.keys, notify, w.hooks)
 	req.done <- result{resp: resp}
 }
@@ -395,7 +402,8 @@ func stateRecord(rev int64, applied uint64) []byte {
 // failAll answers every request of batch with err: none committed.
 func (s *Store) failAll(batch []*request, err error) int {
 	for _, req := range batch {
-		req.done <- result{err: err, failed: true}
+		req.failed = true
+		req.done <- result{err: err}
 	}
 	return len(batch)
 }
@@ -405,10 +413,10 @@ func (s *Store) failAll(batch []*request, err error) int {
 func (s *Store) report(batch []*request, results []result) {
 	var all ops
 	var txns int64
-	for i := range results {
+	for i, req := range batch {
 		if results[i].err == nil {
-			all.add(results[i].ops)
-			txns += results[i].ops.txnCount()
+			all.add(req.ops)
+			txns += req.ops.txnCount()
 		}
 	}
 	s.counters.count(all, txns)
@@ -418,7 +426,7 @@ func (s *Store) report(batch []*request, results []result) {
 	}
 	for i, req := range batch {
 		if req.op != "" {
-			o.Applied(req.op, succeeded(results[i].err), results[i].took)
+			o.Applied(req.op, succeeded(results[i].err), req.took)
 		}
 	}
 }

@@ -213,16 +213,16 @@ func (w *writer) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse,
 // before it.
 func (w *writer) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	v := w.view()
-	var compares ops
 	if w.tx != nil {
 		// etcd evaluates a writing txn's compares in a read transaction
 		// of their own, which its metrics count apart.
-		v.ops = &compares
+		w.compares = ops{}
+		v.ops = &w.compares
 	}
 	path, err := v.txnPath(r)
-	w.ops.ranges += compares.ranges
-	w.ops.apart += compares.ranges
-	w.ops.txns += compares.txnCount()
+	w.ops.ranges += w.compares.ranges
+	w.ops.apart += w.compares.ranges
+	w.ops.txns += w.compares.txnCount()
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,9 @@ type writer struct {
 	hooks []func()
 	// keys is how many keys the request created less those it deleted.
 	keys int64
-	// ops counts the request's operations (see Stats).
-	ops ops
+	// ops counts the request's operations (see Stats), compares those
+	// of a writing txn's compares.
+	ops, compares ops
 }
 
 // rev is the current revision as the request sees it: its own revision
