@@ -39,7 +39,9 @@ func TestStatsCompaction(t *testing.T) {
 	if st.LastCompaction.IsZero() {
 		t.Error("the compaction is not recorded")
 	}
-	if st.Puts != 11 || st.Deletes != 1 || st.Txns != 0 || st.Failed != 0 || st.Pending != 0 {
+	// (Pending is not checked: the compaction's hash is written in the
+	// background.)
+	if st.Puts != 11 || st.Deletes != 1 || st.Txns != 0 || st.Failed != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
