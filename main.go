@@ -327,6 +327,7 @@ func runServe(c *cli.Context) error {
 		Auth:                        authStore,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
+		WarningApplyDuration:        c.Duration("warning-apply-duration"),
 	}
 	if election != nil {
 		cfg.Cluster, cfg.ClusterToken = election, c.String("initial-cluster-token")

@@ -49,7 +49,7 @@ func (h *compactHasher) record(rev int64, v *view, release func()) {
 		sum, _, err := v.hashKV(h.ctx, rev)
 		release()
 		if err == nil {
-			_, err = h.s.submit(h.ctx, func(w *writer) (any, error) {
+			_, err = h.s.submit(h.ctx, "", func(w *writer) (any, error) {
 				// A later compaction's record, if one was made first, is
 				// the one to keep.
 				if cur, ok := compactHash(w.tx); ok && cur.Revision > sum.Revision {
