@@ -278,6 +278,17 @@ func runServe(c *cli.Context) error {
 			close(elected)
 		}
 		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev(), "engine", c.String("engine"))
+		// The listeners are bound, so a client connecting from now on is
+		// served; etcd tells systemd at the same point.
+		if nerr := notifySystemd("READY=1"); nerr != nil {
+			log.Warn("telling systemd sett is ready", "error", nerr)
+		}
+		go func() {
+			<-ctx.Done()
+			if nerr := notifySystemd("STOPPING=1"); nerr != nil {
+				log.Warn("telling systemd sett is stopping", "error", nerr)
+			}
+		}()
 		err = srv.Serve(ctx)
 		stop()
 		<-elected
