@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -171,6 +172,15 @@ func runServe(c *cli.Context) error {
 	log.Info("memory", "limit", mem.limit, "go_soft_limit", mem.goLimit, "memtable", mem.memTable,
 		"watch_ring_bytes", ringBytes, "mapped_files", mem.fileMapped)
 
+	// A bucket that is missing or refuses the credentials is refused
+	// now, not at the first scheduled snapshot hours later.
+	bucket, err := openS3(c)
+	if err != nil {
+		return err
+	}
+	if bucket != nil && c.String("snapshot-schedule-cron") == "" {
+		return errors.New("--snapshot-s3 uploads scheduled snapshots, but --snapshot-schedule-cron is not set")
+	}
 	st, err := openStorage(c.String("engine"), c.String("tikv-pd-endpoints"), dir, mem, log)
 	if err != nil {
 		return err
@@ -224,7 +234,7 @@ func runServe(c *cli.Context) error {
 		scheduler, err = snapshot.NewScheduler(store, db, snapshot.Schedule{
 			Cron: spec, Dir: snapshotDir(c, dir), Name: c.String("snapshot-name"),
 			Format: c.String("snapshot-format"), Compress: c.Bool("snapshot-compress"),
-			Retention: c.Int("snapshot-retention"),
+			Retention: c.Int("snapshot-retention"), Bucket: bucket,
 		}, log)
 		if err != nil {
 			store.Close()
