@@ -151,7 +151,7 @@ func build(binPath, out, tarPath, repo, tag, caFile, arch string) error {
 				"org.opencontainers.image.source":      "https://github.com/settdb/sett",
 			},
 		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
+		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
 		"history": []map[string]string{{"created": created, "created_by": "sett tools/image: the sett binary, its user, CA certificates"}},
 	}
 	configBlob, err := jsonBlob("application/vnd.oci.image.config.v1+json", config)
