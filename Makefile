@@ -41,7 +41,7 @@ bin/versitygw: testdata/versitygw/go.mod testdata/versitygw/go.sum
 # suites against sett and etcd (k8s-storage), side by side: the suites
 # mostly wait, so together they take little longer than the slower one.
 # test-tikv runs in the first free slot.
-test: bin/etcdctl bin/versitygw image
+test: bin/etcdctl bin/versitygw
 	$(GO) vet ./...
 	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv
 
