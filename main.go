@@ -186,6 +186,10 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	db := st.eng
+	// Snapshots in etcd's format are built in <data-dir>/tmp; what a
+	// crash left there is of no use. The engine holds the data dir's
+	// lock by now, so no other sett is using it.
+	os.RemoveAll(filepath.Join(dir, "tmp"))
 	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: ringBytes})
 	// On a shared engine (TiKV) this member is one of several: it leads
 	// only once elected, and follows meanwhile.
@@ -227,6 +231,13 @@ func runServe(c *cli.Context) error {
 		}
 		election = cluster.New(db, cluster.Options{ID: memberID, Name: c.String("name"), ClientURLs: urls,
 			Lease: c.Duration("election-lease"), Logger: log}, store, lessor)
+		// A member whose ID another live member has (both left on the
+		// default --name, say) must not start.
+		if err := election.Join(ctx); err != nil {
+			store.Close()
+			st.close()
+			return err
+		}
 	}
 	collectors := st.collectors
 	var scheduler *snapshot.Scheduler
@@ -301,16 +312,10 @@ func runServe(c *cli.Context) error {
 		}()
 		err = srv.Serve(ctx)
 		stop()
+		// On a clean stop (SIGTERM, SIGINT) the election's Run resigns
+		// before it steps down: another member takes over at once
+		// rather than once the lease runs out.
 		<-elected
-		if election != nil {
-			// Hand the lease back at once rather than make the others
-			// wait for it to run out.
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if rerr := election.Resign(rctx); rerr != nil {
-				log.Warn("resigning from the election", "error", rerr)
-			}
-			cancel()
-		}
 	}
 	stop()
 	waitSnapshots() // a snapshot being written needs the store

@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
@@ -148,11 +149,13 @@ func snapshotSave(c *cli.Context) error {
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
+	// sett streams either format, etcd's unless asked; etcd streams its
+	// own whatever is asked.
+	ctx = metadata.AppendToOutgoingContext(ctx, snapshot.FormatHeader, format)
 	fetched := path
 	if format == "etcd" {
-		// The server streams its own format; it is converted here, so
-		// the server needs nothing new and the file is converted from
-		// one consistent state.
+		// What came is converted if it is sett's (from a sett before
+		// this one), and kept as it is if it is etcd's already.
 		fetched = path + ".stream"
 		defer os.Remove(fetched)
 	}

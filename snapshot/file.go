@@ -67,6 +67,18 @@ func Write(w io.Writer, b *mvcc.Backup) (int64, error) {
 	return Size(n), nil
 }
 
+// FormatHeader is the gRPC metadata key by which a client of the
+// Maintenance Snapshot RPC asks for a format: "sett" for sett's file,
+// anything else or nothing for etcd's, which is what etcdctl and every
+// etcd backup tool expect from the RPC.
+const FormatHeader = "sett-snapshot-format"
+
+// WriteEtcdFile writes b to path in etcd's format (see package etcdsnap):
+// the bbolt database and its SHA-256, whole or not at all.
+func WriteEtcdFile(b *mvcc.Backup, path string) (etcdsnap.Info, error) {
+	return etcdsnap.Write(b.Reader(), path, nil)
+}
+
 // WriteFile writes the snapshot file of store to path, whole or not at
 // all (see writeFileAtomic).
 func WriteFile(store *mvcc.Store, path string) error {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -209,8 +210,10 @@ func sameEvents(a, b []*clientv3.Event) bool {
 
 // TestEtcdSnapshotRoundTrip moves a real etcd's data into sett and back:
 // an etcd snapshot restored by `sett snapshot restore` serves what the
-// etcd that wrote it serves, and sett's `snapshot save --format etcd`,
-// restored by etcdutl's own restore into a real etcd, serves it too.
+// etcd that wrote it serves; and what `etcdctl snapshot save` fetches
+// from sett, as an etcd backup runbook fetches it, passes etcdutl's
+// status and, restored by etcdutl's own restore into a real etcd, serves
+// it too. `sett snapshot save --format etcd` writes the same format.
 func TestEtcdSnapshotRoundTrip(t *testing.T) {
 	srcAddr := harness.StartEtcd(t, harness.Etcd{})
 	src := harness.NewClient(t, srcAddr)
@@ -259,10 +262,19 @@ func TestEtcdSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("saved from etcd: %+v, want %+v", got, st)
 	}
 
+	// etcd's backup path: etcdctl snapshot save, etcdutl status, restore.
+	fetched := filepath.Join(dir, "etcdctl.db")
+	ctl := exec.Command(etcdctlPath(t), "--endpoints="+sett.addr, "snapshot", "save", fetched)
+	if out, err := ctl.CombinedOutput(); err != nil {
+		t.Fatalf("etcdctl snapshot save from sett: %v\n%s", err, out)
+	}
+	if es, err := etcdutl.NewV3(zap.NewNop()).Status(fetched); err != nil || es.Revision != st.Revision || es.Hash != statusOf(t, fetched).Hash {
+		t.Fatalf("etcdutl status of etcdctl's snapshot of sett: %+v (%v); want revision %d, sett's %+v", es, err, st.Revision, statusOf(t, fetched))
+	}
 	peer := "http://" + harness.FreeAddr(t)
 	etcdDir := filepath.Join(dir, "etcd.data")
 	err = etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
-		SnapshotPath:        exported,
+		SnapshotPath:        fetched,
 		Name:                "default",
 		OutputDataDir:       etcdDir,
 		PeerURLs:            []string{peer},
@@ -270,10 +282,10 @@ func TestEtcdSnapshotRoundTrip(t *testing.T) {
 		InitialClusterToken: "etcd-cluster",
 	})
 	if err != nil {
-		t.Fatalf("etcdutl restore of sett's export: %v", err)
+		t.Fatalf("etcdutl restore of etcdctl's snapshot of sett: %v", err)
 	}
 	back := harness.NewClient(t, harness.StartEtcd(t, harness.Etcd{Dir: etcdDir, PeerURL: peer}))
-	sameAnswers(t, "etcd restored from sett's export", src, back, compact)
+	sameAnswers(t, "etcd restored from etcdctl's snapshot of sett", src, back, compact)
 }
 
 // TestEtcdSnapshotRefused: damaged and truncated etcd snapshots are
