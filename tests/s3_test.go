@@ -83,7 +83,7 @@ func TestSnapshotS3(t *testing.T) {
 	addr := harness.FreeAddr(t)
 	args := append([]string{"serve", "--data-dir", t.TempDir(), "--listen-client-urls", "http://" + addr,
 		"--log-format", "json", "--snapshot-schedule-cron", "@every 1s", "--snapshot-dir", snapDir,
-		"--snapshot-retention", "10", "--snapshot-s3-retention", "3", "--snapshot-s3-timeout", "2s"},
+		"--snapshot-retention", "10", "--snapshot-s3-retention", "3", "--snapshot-s3-timeout", "1s"},
 		s3Args(s3, cut.Endpoint)...)
 	s := spawn(t, args...)
 	s.addr = addr
@@ -196,6 +196,7 @@ func TestSnapshotS3Refused(t *testing.T) {
 		{"ls on a missing bucket", append([]string{"snapshot", "ls"}, with("--snapshot-s3-bucket", "nope")...), "does not exist"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s := spawn(t, c.args...)
 			select {
 			case <-s.exited:
