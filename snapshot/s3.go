@@ -268,19 +268,30 @@ func (b *Bucket) Upload(ctx context.Context, path string) (Entry, error) {
 	if err != nil {
 		// A multipart upload cut off leaves its parts behind, unseen
 		// by listings but paid for; drop them if the server lets us.
-		b.client.RemoveIncompleteUpload(context.WithoutCancel(ctx), b.cfg.Bucket, key)
+		cctx, cancel := cleanupContext(ctx)
+		b.client.RemoveIncompleteUpload(cctx, b.cfg.Bucket, key)
+		cancel()
 		return Entry{}, b.explain(err)
 	}
 	got, err := b.stat(ctx, name)
 	if err == nil && (got.Size != fi.Size() || got.sum != sum || info.Size != fi.Size()) {
 		err = fmt.Errorf("%w: %s holds %d bytes with SHA-256 %q, the file has %d bytes with SHA-256 %s",
 			ErrChecksum, key, got.Size, got.sum, fi.Size(), sum)
-		b.client.RemoveObject(context.WithoutCancel(ctx), b.cfg.Bucket, key, minio.RemoveObjectOptions{})
+		cctx, cancel := cleanupContext(ctx)
+		b.client.RemoveObject(cctx, b.cfg.Bucket, key, minio.RemoveObjectOptions{})
+		cancel()
 	}
 	if err != nil {
 		return Entry{}, err
 	}
 	return got.Entry, nil
+}
+
+// cleanupContext is for tidying up after a failed upload, which must
+// happen even when ctx has ended (its deadline is what cut the upload),
+// but not hold up a stopping sett for long.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
 
 // object is an Entry and the SHA-256 it was uploaded with.
