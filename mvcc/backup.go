@@ -68,8 +68,11 @@ type Backup struct {
 }
 
 // Backup opens a backup of the store as it is now. Writes go on while it
-// is read.
+// is read. A hash still being taken of a compaction just made is waited
+// for, so that the backup carries it and HashKV at that revision answers
+// the same from a restored store.
 func (s *Store) Backup() (*Backup, error) {
+	s.hasher.settle()
 	snap, err := s.eng.Snapshot()
 	if err != nil {
 		return nil, err

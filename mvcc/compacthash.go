@@ -75,6 +75,20 @@ func (h *compactHasher) wait(rev int64) {
 	}
 }
 
+// settle returns once the hashes being taken now are recorded or given
+// up.
+func (h *compactHasher) settle() {
+	h.mu.Lock()
+	var pending []chan struct{}
+	for _, done := range h.pending {
+		pending = append(pending, done)
+	}
+	h.mu.Unlock()
+	for _, done := range pending {
+		<-done
+	}
+}
+
 // stop abandons the hashes being taken and waits for their goroutines.
 func (h *compactHasher) stop() {
 	h.mu.Lock()
