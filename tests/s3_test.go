@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -89,7 +90,10 @@ func TestSnapshotS3(t *testing.T) {
 	s.addr = addr
 	cli := harness.NewClient(t, addr)
 	s.awaitReady(cli)
-	ctx := harness.Context(t)
+	// The whole run, not one request: on a loaded machine the first
+	// failed upload alone can take most of harness.Context's 30s.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	for i := range 20 {
 		if _, err := cli.Put(ctx, fmt.Sprintf("/registry/k%02d", i), strconv.Itoa(i)); err != nil {
 			t.Fatal(err)
