@@ -33,3 +33,6 @@ const skipLarge = ""
 
 // failoverBound is how soon TestFailover wants a new leader agreed on.
 const failoverBound = 5 * time.Second
+
+// nemesisTime is how long TestNemesis injects faults by default.
+const nemesisTime = time.Minute

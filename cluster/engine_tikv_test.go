@@ -49,3 +49,7 @@ const skipLarge = "the mock cluster under -race loses the large transactions' lo
 // milliseconds rather than microseconds: a bound for a slow machine, not
 // a figure for a real cluster (see docs/CLUSTERING.md).
 const failoverBound = 10 * time.Second
+
+// nemesisTime is how long TestNemesis injects faults by default: on the
+// mock cluster under the race detector every commit is slow, so less.
+const nemesisTime = 30 * time.Second

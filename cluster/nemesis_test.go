@@ -1,0 +1,663 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/settdb/sett/auth"
+	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/internal/lincheck"
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/ttl"
+	"github.com/settdb/sett/watch"
+)
+
+// TestNemesis runs three members on one engine under clients spread
+// over all of them, injects faults at random, and checks the recorded
+// history (see package lincheck): linearizable, no acknowledged write
+// lost, no revision reused, every watcher (which moves from member to
+// member) sees every event once and in order, no lease expires while
+// its keep-alives are answered, never two mutex holders.
+//
+// NEMESIS_SEED replays a run's schedule (the seed is logged; the
+// interleaving of the goroutines still varies), NEMESIS_TIME sets how
+// long the faults go on (default nemesisTime; `make nemesis` runs
+// longer).
+func TestNemesis(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("NEMESIS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("NEMESIS_SEED: %v", err)
+		}
+	}
+	run := nemesisTime
+	if testing.Short() {
+		run = nemesisTime / 4
+	}
+	if s := os.Getenv("NEMESIS_TIME"); s != "" {
+		var err error
+		if run, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("NEMESIS_TIME: %v", err)
+		}
+	}
+	kinds := faultKinds
+	if s, ok := os.LookupEnv("NEMESIS_FAULTS"); ok {
+		kinds = strings.Fields(strings.ReplaceAll(s, ",", " "))
+		for _, k := range kinds {
+			if !slices.Contains(faultKinds, k) {
+				t.Fatalf("NEMESIS_FAULTS: %q is none of %v", k, faultKinds)
+			}
+		}
+	}
+	t.Logf("nemesis seed %d for %v with faults %v (NEMESIS_SEED=%d NEMESIS_TIME=%v replays it)", seed, run, kinds, seed, run)
+	n := newNemesis(t, seed)
+	n.kinds = kinds
+	report := n.run(run)
+	t.Logf("seed %d: %s", seed, report.summary)
+	t.Logf("seed %d: faults %v", seed, report.faults)
+	for i, a := range report.anomalies {
+		if i == 40 {
+			t.Errorf("seed %d: ... and %d more anomalies", seed, len(report.anomalies)-i)
+			break
+		}
+		t.Errorf("seed %d: anomaly: %v", seed, a)
+	}
+}
+
+// chaosEngine is one member's view of the shared engine, with faults
+// the nemesis turns on: every engine call stalled until resumed, and
+// commits whose outcome is reported unknown, landed or not.
+type chaosEngine struct {
+	engine.Engine
+
+	mu    sync.Mutex
+	gate  chan struct{} // while stalled, open: every call waits for it to close
+	store []fault       // for the next commits of the store (not the election)
+	any   []fault       // for the next commits of any kind
+	// skip is how many store commits pass before store applies.
+	skip int
+}
+
+func (e *chaosEngine) wait() {
+	e.mu.Lock()
+	g := e.gate
+	e.mu.Unlock()
+	if g != nil {
+		<-g
+	}
+}
+
+func (e *chaosEngine) stall() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gate == nil {
+		e.gate = make(chan struct{})
+	}
+}
+
+func (e *chaosEngine) resume() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gate != nil {
+		close(e.gate)
+		e.gate = nil
+	}
+}
+
+func (e *chaosEngine) Snapshot() (engine.Snapshot, error) {
+	e.wait()
+	return e.Engine.Snapshot()
+}
+
+func (e *chaosEngine) Begin() (engine.Txn, error) {
+	e.wait()
+	tx, err := e.Engine.Begin()
+	if err != nil {
+		return nil, err
+	}
+	return &chaosTxn{Txn: tx, e: e}, nil
+}
+
+// chaosTxn tells the store's transactions from the election's: only
+// the election writes the 'c' records alone.
+type chaosTxn struct {
+	engine.Txn
+	e     *chaosEngine
+	store bool
+}
+
+func (t *chaosTxn) note(key []byte) {
+	if len(key) > 0 && key[0] != 'c' {
+		t.store = true
+	}
+}
+
+func (t *chaosTxn) Put(key, value []byte) error { t.note(key); return t.Txn.Put(key, value) }
+func (t *chaosTxn) Delete(key []byte) error     { t.note(key); return t.Txn.Delete(key) }
+func (t *chaosTxn) PutIf(key, value, expect []byte) error {
+	t.note(key)
+	return t.Txn.PutIf(key, value, expect)
+}
+
+func (t *chaosTxn) Commit(ctx context.Context) error {
+	t.e.wait()
+	var f fault
+	t.e.mu.Lock()
+	switch {
+	case t.store && t.e.skip > 0 && len(t.e.store) > 0:
+		t.e.skip--
+	case t.store && len(t.e.store) > 0:
+		f, t.e.store = t.e.store[0], t.e.store[1:]
+	case len(t.e.any) > 0:
+		f, t.e.any = t.e.any[0], t.e.any[1:]
+	}
+	t.e.mu.Unlock()
+	switch f {
+	case commitThenUnknown:
+		if err := t.Txn.Commit(ctx); err != nil {
+			return err
+		}
+		return engine.ErrUndetermined
+	case dropThenUnknown:
+		t.Txn.Discard()
+		return engine.ErrUndetermined
+	}
+	return t.Txn.Commit(ctx)
+}
+
+// A nemesisMember is one member that the nemesis stops, restarts and
+// stalls; its address and engine stay across restarts.
+type nemesisMember struct {
+	t    testing.TB
+	name string
+	id   uint64
+	addr string
+	eng  *chaosEngine
+
+	mu  sync.Mutex
+	cur *incarnation // nil while down
+}
+
+// incarnation is one run of a member, from start to stop.
+type incarnation struct {
+	store   *mvcc.Store
+	el      *Election
+	stopSrv context.CancelFunc
+	stopEl  context.CancelFunc
+	served  chan error
+	ran     chan struct{}
+}
+
+func (m *nemesisMember) start() {
+	m.t.Helper()
+	url := "http://" + m.addr
+	hub := watch.NewHub(watch.Options{})
+	store, err := mvcc.Open(m.eng, mvcc.Options{Logger: quiet(), Listener: hub, Clustered: true, FollowInterval: 5 * time.Millisecond})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	lessor := ttl.New(store, ttl.Options{Logger: quiet(), Member: m.id, Follower: true})
+	el := New(m.eng, Options{ID: m.id, Name: m.name, ClientURLs: []string{url}, Lease: failoverLease, Logger: quiet()}, store, lessor)
+	tokens, _ := auth.NewTokens("simple", 0)
+	as, err := auth.Open(store, tokens, bcrypt.MinCost)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	srv := server.New(server.Config{Name: m.name, ListenClientURLs: []string{url}, Logger: quiet(), Cluster: el, Auth: as}, store, hub, lessor, m.eng)
+	// The port was this member's before; another process may hold it
+	// for a moment after a stop.
+	for i := 0; ; i++ {
+		if err = srv.Listen(); err == nil {
+			break
+		}
+		if i == 100 {
+			m.t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	in := &incarnation{store: store, el: el, served: make(chan error, 1), ran: make(chan struct{})}
+	var sctx, ectx context.Context
+	sctx, in.stopSrv = context.WithCancel(context.Background())
+	ectx, in.stopEl = context.WithCancel(context.Background())
+	go func() { in.served <- srv.Serve(sctx) }()
+	go func() { el.Run(ectx); close(in.ran) }()
+	m.mu.Lock()
+	m.cur = in
+	m.mu.Unlock()
+}
+
+func (m *nemesisMember) incarnation() *incarnation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cur
+}
+
+// crash stops the member as kill -9 would: no resignation.
+func (m *nemesisMember) crash() {
+	in := m.take()
+	if in == nil {
+		return
+	}
+	in.stopEl()
+	in.stopSrv()
+	<-in.served
+	<-in.ran
+	in.store.Close()
+}
+
+// shutdown stops the member as sett serve does on SIGTERM: the server
+// first, then the election, which resigns.
+func (m *nemesisMember) shutdown() {
+	in := m.take()
+	if in == nil {
+		return
+	}
+	in.stopSrv()
+	<-in.served
+	in.stopEl()
+	<-in.ran
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	in.el.Resign(ctx)
+	cancel()
+	in.store.Close()
+}
+
+func (m *nemesisMember) take() *incarnation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in := m.cur
+	m.cur = nil
+	return in
+}
+
+func (m *nemesisMember) leads() bool {
+	in := m.incarnation()
+	return in != nil && in.el.IsLeader()
+}
+
+// faultKinds are the faults the nemesis injects; NEMESIS_FAULTS picks
+// some (space- or comma-separated; empty: none).
+var faultKinds = []string{"crash", "stall", "unknown", "move", "restart", "unknown+stall", "bulk-unknown"}
+
+type nemesis struct {
+	kinds   []string
+	mu      sync.Mutex
+	faults  map[string]int // injected, by kind
+	t       *testing.T
+	seed    uint64
+	r       *rand.Rand
+	members []*nemesisMember
+	history *lincheck.History
+	clients []*clientv3.Client // every client, to close at the end
+}
+
+type nemesisReport struct {
+	summary   string
+	faults    map[string]int
+	anomalies []error
+}
+
+func newNemesis(t *testing.T, seed uint64) *nemesis {
+	shared := openShared(t)
+	n := &nemesis{t: t, seed: seed, faults: make(map[string]int), r: rand.New(rand.NewPCG(seed, 0)), history: lincheck.NewHistory()}
+	for _, name := range []string{"a", "b", "c"} {
+		m := &nemesisMember{t: t, name: name, id: server.MemberID(name), addr: freeAddr(t), eng: &chaosEngine{Engine: shared}}
+		m.start()
+		n.members = append(n.members, m)
+	}
+	t.Cleanup(func() {
+		for _, c := range n.clients {
+			c.Close()
+		}
+		for _, m := range n.members {
+			m.eng.resume()
+			m.crash()
+		}
+	})
+	return n
+}
+
+func (n *nemesis) client(m *nemesisMember) *clientv3.Client {
+	n.t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.clients = append(n.clients, cli)
+	return cli
+}
+
+// leader returns the member that leads, if any does.
+func (n *nemesis) leader() *nemesisMember {
+	for _, m := range n.members {
+		if m.leads() {
+			return m
+		}
+	}
+	return nil
+}
+
+// awaitLeader waits until every running member agrees on one leader.
+func (n *nemesis) awaitLeader(within time.Duration) *nemesisMember {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		l := n.leader()
+		agreed := l != nil
+		for _, m := range n.members {
+			if in := m.incarnation(); in == nil || l == nil || in.el.Leader() != l.id {
+				agreed = false
+			}
+		}
+		if agreed {
+			return l
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func (n *nemesis) run(d time.Duration) nemesisReport {
+	t := n.t
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if n.awaitLeader(10*time.Second) == nil {
+		t.Fatal("no leader at the start")
+	}
+	admin := make(map[*nemesisMember]*clientv3.Client)
+	for _, m := range n.members {
+		admin[m] = n.client(m)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	goDrive := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	c := 0
+	for i := range 6 {
+		cli, id := n.client(n.members[i%3]), c
+		goDrive(func() { n.history.DriveMix(ctx, cli, id, lincheck.Mix{Serializable: true, Seed: n.seed}, stop) })
+		c++
+	}
+	for i := range 3 {
+		cli, id := n.client(n.members[i]), c
+		goDrive(func() { n.history.DriveLeases(ctx, cli, id, n.seed, stop) })
+		c++
+	}
+	for i := range 3 {
+		cli, id := n.client(n.members[i]), c
+		goDrive(func() { n.history.DriveMutex(ctx, cli, id, n.seed, stop) })
+		c++
+	}
+	bulk := n.client(n.members[2])
+	bulkID := c
+	c++
+	goDrive(func() { n.driveBulk(ctx, bulk, bulkID, stop) })
+
+	// Watchers move from member to member; they stop only once they
+	// have seen the head at the end.
+	stopWatch := make(chan struct{})
+	var watchers sync.WaitGroup
+	var streams []*lincheck.Stream
+	for w := range 2 {
+		clis := []*clientv3.Client{n.client(n.members[0]), n.client(n.members[1]), n.client(n.members[2])}
+		s := n.history.NewStream(fmt.Sprintf("w%d", w), 1)
+		streams = append(streams, s)
+		r := rand.New(rand.NewPCG(n.seed, uint64(100+w)))
+		watchers.Add(1)
+		go func() {
+			defer watchers.Done()
+			watchAcross(ctx, clis, w, r, s, stopWatch)
+		}()
+	}
+
+	n.inject(ctx, admin, d)
+	n.mu.Lock()
+	faults := maps.Clone(n.faults)
+	n.mu.Unlock()
+
+	// Heal: every member up and its engine flowing, one leader.
+	for _, m := range n.members {
+		m.eng.resume()
+		if m.incarnation() == nil {
+			m.start()
+		}
+	}
+	var anomalies []error
+	leader := n.awaitLeader(20 * time.Second)
+	if leader == nil {
+		anomalies = append(anomalies, errors.New("no leader within 20s after the faults stopped"))
+		close(stop)
+		close(stopWatch)
+		wg.Wait()
+		watchers.Wait()
+		return nemesisReport{faults: faults, anomalies: anomalies}
+	}
+	close(stop)
+	wg.Wait()
+	// A last write through the leader: whatever committed before it is
+	// in the log, and nothing of an earlier term commits after it.
+	var head int64
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := admin[n.awaitLeader(5*time.Second)].Put(pctx, "end", "end")
+		pcancel()
+		if err == nil {
+			head = resp.Header.Revision
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last write failed: %v", err)
+		}
+	}
+	events, err := readLog(ctx, admin[n.members[0]], head)
+	if err != nil {
+		t.Fatalf("reading the log: %v", err)
+	}
+	for _, s := range streams {
+		for deadline := time.Now().Add(30 * time.Second); s.Next() <= head && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	close(stopWatch)
+	watchers.Wait()
+
+	log, err := n.history.NewLog(events, head)
+	if err != nil {
+		return nemesisReport{faults: faults, anomalies: append(anomalies, err)}
+	}
+	file := filepath.Join(os.TempDir(), fmt.Sprintf("nemesis-%d.html", n.seed))
+	summary, found := n.history.Verify(log, file)
+	return nemesisReport{summary: summary, faults: faults, anomalies: append(anomalies, found...)}
+}
+
+func (n *nemesis) count(kind string) {
+	n.mu.Lock()
+	n.faults[kind]++
+	n.mu.Unlock()
+}
+
+// inject injects faults at random for d.
+func (n *nemesis) inject(ctx context.Context, admin map[*nemesisMember]*clientv3.Client, d time.Duration) {
+	r := n.r
+	end := time.Now().Add(d)
+	pause := func(lo, hi time.Duration) {
+		time.Sleep(lo + time.Duration(r.Int64N(int64(hi-lo))))
+	}
+	for time.Now().Before(end) {
+		pause(200*time.Millisecond, 1200*time.Millisecond)
+		leader := n.leader()
+		victim := n.members[r.IntN(3)]
+		if leader != nil && r.IntN(3) > 0 {
+			victim = leader
+		}
+		if len(n.kinds) == 0 {
+			continue
+		}
+		switch n.kinds[r.IntN(len(n.kinds))] {
+		case "bulk-unknown":
+			// Left to driveBulk, which arms it before a large delete.
+			continue
+		case "crash":
+			// A member (mostly the leader) dies and comes back.
+			n.count("crash")
+			victim.crash()
+			pause(100*time.Millisecond, 2*time.Second)
+			victim.start()
+		case "stall":
+			// Its engine calls hang past its election lease.
+			n.count("stall")
+			victim.eng.stall()
+			pause(2*failoverLease, 3*time.Second)
+			victim.eng.resume()
+		case "unknown":
+			// A commit of the store, or of any kind, answered unknown.
+			f := []fault{commitThenUnknown, dropThenUnknown}[r.IntN(2)]
+			victim.eng.mu.Lock()
+			if r.IntN(4) == 0 {
+				n.count(fmt.Sprintf("unknown outcome, any commit, landed=%v", f == commitThenUnknown))
+				victim.eng.any = append(victim.eng.any, f)
+			} else {
+				n.count(fmt.Sprintf("unknown outcome, store commit, landed=%v", f == commitThenUnknown))
+				victim.eng.store = append(victim.eng.store, f)
+			}
+			victim.eng.mu.Unlock()
+		case "move":
+			if leader == nil {
+				continue
+			}
+			target := n.members[r.IntN(3)]
+			if target == leader || target.incarnation() == nil {
+				continue
+			}
+			n.count("move leader")
+			mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			admin[leader].MoveLeader(mctx, target.id)
+			cancel()
+		case "restart":
+			n.count("clean restart")
+			victim.shutdown()
+			victim.start()
+		case "unknown+stall":
+			// Both at once: the leader's store commit in doubt, then the
+			// leader stalls.
+			if leader == nil {
+				continue
+			}
+			n.count("unknown outcome then stall")
+			f := []fault{commitThenUnknown, dropThenUnknown}[r.IntN(2)]
+			leader.eng.mu.Lock()
+			leader.eng.store = append(leader.eng.store, f)
+			leader.eng.mu.Unlock()
+			pause(0, 100*time.Millisecond)
+			leader.eng.stall()
+			pause(2*failoverLease, 3*time.Second)
+			leader.eng.resume()
+		}
+	}
+	// Faults armed but not yet taken are dropped.
+	for _, m := range n.members {
+		m.eng.mu.Lock()
+		m.eng.store, m.eng.any, m.eng.skip = nil, nil, 0
+		m.eng.mu.Unlock()
+	}
+}
+
+// driveBulk writes thousands of keys and deletes them with one request,
+// which takes several engine transactions; half the time one of the
+// leader's next store commits is answered unknown first.
+func (n *nemesis) driveBulk(ctx context.Context, cli *clientv3.Client, c int, stop <-chan struct{}) {
+	r := rand.New(rand.NewPCG(n.seed, 200))
+	for cycle := 0; ; cycle++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(2000+r.IntN(4000)) * time.Millisecond):
+		}
+		prefix := fmt.Sprintf("bulk/%d/", cycle)
+		for i := 0; i < 5000; i += 100 {
+			ops := make([]clientv3.Op, 0, 100)
+			for j := i; j < i+100; j++ {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%05d", prefix, j), "v"))
+			}
+			n.history.Bulk(ctx, cli, c, prefix, ops)
+		}
+		if r.IntN(2) == 0 && slices.Contains(n.kinds, "bulk-unknown") {
+			n.count("bulk-unknown")
+			if l := n.leader(); l != nil {
+				l.eng.mu.Lock()
+				l.eng.store = append(l.eng.store, []fault{commitThenUnknown, dropThenUnknown}[r.IntN(2)])
+				l.eng.skip = r.IntN(3)
+				l.eng.mu.Unlock()
+			}
+		}
+		n.history.BulkDelete(ctx, cli, c, prefix)
+	}
+}
+
+// watchAcross watches every key from revision 1 into s, through one
+// member after another: it moves on every few seconds, and when a
+// member stops answering or has no leader.
+func watchAcross(ctx context.Context, clis []*clientv3.Client, w int, r *rand.Rand, s *lincheck.Stream, stop <-chan struct{}) {
+	cur := w % len(clis)
+	for {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := clis[cur].Watch(clientv3.WithRequireLeader(wctx), "", clientv3.WithPrefix(), clientv3.WithRev(s.Next()))
+		move := time.After(time.Duration(500+r.IntN(3000)) * time.Millisecond)
+	watching:
+		for {
+			select {
+			case resp, ok := <-wch:
+				if !ok || resp.Err() != nil {
+					time.Sleep(20 * time.Millisecond)
+					break watching
+				}
+				s.Deliver(resp.Events)
+			case <-move:
+				break watching
+			case <-stop:
+				cancel()
+				return
+			}
+		}
+		cancel()
+		cur = (cur + 1 + r.IntN(len(clis)-1)) % len(clis)
+	}
+}
+
+// readLog reads every event from revision 1 to head with a watch.
+func readLog(ctx context.Context, cli *clientv3.Client, head int64) ([]*mvccpb.Event, error) {
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var events []*mvccpb.Event
+	for resp := range cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(1)) {
+		if err := resp.Err(); err != nil {
+			return nil, err
+		}
+		events = append(events, resp.Events...)
+		if len(events) > 0 && events[len(events)-1].Kv.ModRevision >= head {
+			return events, nil
+		}
+	}
+	return nil, fmt.Errorf("watch ended before revision %d: %w", head, wctx.Err())
+}
+
