@@ -653,8 +653,13 @@ func readLog(ctx context.Context, cli *clientv3.Client, head int64) ([]*mvccpb.E
 		if err := resp.Err(); err != nil {
 			return nil, err
 		}
-		events = append(events, resp.Events...)
-		if len(events) > 0 && events[len(events)-1].Kv.ModRevision >= head {
+		for _, e := range resp.Events {
+			if e.Kv.ModRevision > head {
+				return events, nil
+			}
+			events = append(events, e)
+		}
+		if len(events) > 0 && events[len(events)-1].Kv.ModRevision == head {
 			return events, nil
 		}
 	}

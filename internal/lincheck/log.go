@@ -292,6 +292,9 @@ func (s *Stream) check(l *Log) error {
 		i++
 	}
 	for j, e := range s.events {
+		if e.Kv.ModRevision > l.head {
+			break // after the log was read
+		}
 		if i+j >= len(l.events) {
 			return fmt.Errorf("watch %s: event %d at revision %d is past the log's end", s.name, j, e.Kv.ModRevision)
 		}
