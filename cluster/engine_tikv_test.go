@@ -50,6 +50,15 @@ const skipLarge = "the mock cluster under -race loses the large transactions' lo
 // a figure for a real cluster (see docs/CLUSTERING.md).
 const failoverBound = 10 * time.Second
 
-// nemesisTime is how long TestNemesis injects faults by default: on the
-// mock cluster under the race detector every commit is slow, so less.
-const nemesisTime = 30 * time.Second
+// nemesisTime is how long TestNemesis injects faults by default,
+// nemesisLease its members' election lease, nemesisBulk how many keys
+// its large requests write and delete. On the mock cluster under the
+// race detector every commit takes tens of milliseconds, so the run is
+// shorter, the lease longer (with 250ms, members lost it on their own
+// most of the time on a loaded machine), and large requests are left to
+// the Badger run, as TestDeposedMidLargeRequest is.
+const (
+	nemesisTime  = 30 * time.Second
+	nemesisLease = time.Second
+	nemesisBulk  = 0
+)

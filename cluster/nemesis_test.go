@@ -73,13 +73,28 @@ func TestNemesis(t *testing.T) {
 	report := n.run(run)
 	t.Logf("seed %d: %s", seed, report.summary)
 	t.Logf("seed %d: faults %v", seed, report.faults)
-	for i, a := range report.anomalies {
-		if i == 40 {
-			t.Errorf("seed %d: ... and %d more anomalies", seed, len(report.anomalies)-i)
-			break
+	// Up to ten of each kind, so that a flood of one kind hides no other.
+	byKind := map[string]int{}
+	for _, a := range report.anomalies {
+		k := anomalyKind(a)
+		if byKind[k]++; byKind[k] <= 10 {
+			t.Errorf("seed %d: anomaly: %v", seed, a)
 		}
-		t.Errorf("seed %d: anomaly: %v", seed, a)
 	}
+	if len(report.anomalies) > 0 {
+		t.Errorf("seed %d: %d anomalies, by kind: %v", seed, len(report.anomalies), byKind)
+	}
+}
+
+// anomalyKind sorts an anomaly Verify reports by what it is about.
+func anomalyKind(err error) string {
+	msg := err.Error()
+	for _, k := range []string{"renewal was answered \"gone\"", "was deleted at revision", "mutex", "watch", "acknowledged", "not linearizable", "log:", "read"} {
+		if strings.Contains(msg, k) {
+			return k
+		}
+	}
+	return "other"
 }
 
 // chaosEngine is one member's view of the shared engine, with faults
@@ -94,6 +109,9 @@ type chaosEngine struct {
 	any   []fault       // for the next commits of any kind
 	// skip is how many store commits pass before store applies.
 	skip int
+	// landed, if set, is closed by the next commit that writes the
+	// store's state record, once it has landed; the engine then stalls.
+	landed chan struct{}
 }
 
 func (e *chaosEngine) wait() {
@@ -141,12 +159,16 @@ func (e *chaosEngine) Begin() (engine.Txn, error) {
 type chaosTxn struct {
 	engine.Txn
 	e     *chaosEngine
-	store bool
+	store bool // it writes to the store's keys
+	state bool // it writes the store's state record
 }
 
 func (t *chaosTxn) note(key []byte) {
 	if len(key) > 0 && key[0] != 'c' {
 		t.store = true
+	}
+	if string(key) == "mstate" {
+		t.state = true
 	}
 }
 
@@ -180,7 +202,19 @@ func (t *chaosTxn) Commit(ctx context.Context) error {
 		t.Txn.Discard()
 		return engine.ErrUndetermined
 	}
-	return t.Txn.Commit(ctx)
+	if err := t.Txn.Commit(ctx); err != nil || !t.state {
+		return err
+	}
+	t.e.mu.Lock()
+	if t.e.landed != nil {
+		close(t.e.landed)
+		t.e.landed = nil
+		if t.e.gate == nil {
+			t.e.gate = make(chan struct{})
+		}
+	}
+	t.e.mu.Unlock()
+	return nil
 }
 
 // A nemesisMember is one member that the nemesis stops, restarts and
@@ -215,7 +249,7 @@ func (m *nemesisMember) start() {
 		m.t.Fatal(err)
 	}
 	lessor := ttl.New(store, ttl.Options{Logger: quiet(), Member: m.id, Follower: true})
-	el := New(m.eng, Options{ID: m.id, Name: m.name, ClientURLs: []string{url}, Lease: failoverLease, Logger: quiet()}, store, lessor)
+	el := New(m.eng, Options{ID: m.id, Name: m.name, ClientURLs: []string{url}, Lease: nemesisLease, Logger: quiet()}, store, lessor)
 	tokens, _ := auth.NewTokens("simple", 0)
 	as, err := auth.Open(store, tokens, bcrypt.MinCost)
 	if err != nil {
@@ -295,7 +329,7 @@ func (m *nemesisMember) leads() bool {
 
 // faultKinds are the faults the nemesis injects; NEMESIS_FAULTS picks
 // some (space- or comma-separated; empty: none).
-var faultKinds = []string{"crash", "stall", "unknown", "move", "restart", "unknown+stall", "bulk-unknown"}
+var faultKinds = []string{"crash", "stall", "unknown", "move", "restart", "unknown+stall", "deposed-unknown", "bulk-unknown"}
 
 type nemesis struct {
 	kinds   []string
@@ -408,10 +442,12 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 		goDrive(func() { n.history.DriveMutex(ctx, cli, id, n.seed, stop) })
 		c++
 	}
-	bulk := n.client(n.members[2])
-	bulkID := c
-	c++
-	goDrive(func() { n.driveBulk(ctx, bulk, bulkID, stop) })
+	if nemesisBulk > 0 {
+		bulk := n.client(n.members[2])
+		bulkID := c
+		c++
+		goDrive(func() { n.driveBulk(ctx, bulk, bulkID, stop) })
+	}
 
 	// Watchers move from member to member; they stop only once they
 	// have seen the head at the end.
@@ -457,16 +493,23 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 	// A last write through the leader: whatever committed before it is
 	// in the log, and nothing of an earlier term commits after it.
 	var head int64
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := admin[n.awaitLeader(5*time.Second)].Put(pctx, "end", "end")
-		pcancel()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var err error
+		if l := n.awaitLeader(5 * time.Second); l == nil {
+			err = errors.New("no leader")
+		} else {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			var resp *clientv3.PutResponse
+			if resp, err = admin[l].Put(pctx, "end", "end"); err == nil {
+				head = resp.Header.Revision
+			}
+			pcancel()
+		}
 		if err == nil {
-			head = resp.Header.Revision
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the last write failed: %v", err)
+			t.Fatalf("the last write failed for 30s: %v", err)
 		}
 	}
 	events, err := readLog(ctx, admin[n.members[0]], head)
@@ -527,7 +570,7 @@ func (n *nemesis) inject(ctx context.Context, admin map[*nemesisMember]*clientv3
 			// Its engine calls hang past its election lease.
 			n.count("stall")
 			victim.eng.stall()
-			pause(2*failoverLease, 3*time.Second)
+			pause(2*nemesisLease, max(3*time.Second, 4*nemesisLease))
 			victim.eng.resume()
 		case "unknown":
 			// A commit of the store, or of any kind, answered unknown.
@@ -557,6 +600,38 @@ func (n *nemesis) inject(ctx context.Context, admin map[*nemesisMember]*clientv3
 			n.count("clean restart")
 			victim.shutdown()
 			victim.start()
+		case "deposed-unknown":
+			// The leader's next batch is in doubt while it stalls; it
+			// resumes just after the next leader's first batch landed,
+			// and reads the state back.
+			if leader == nil {
+				continue
+			}
+			n.count(fmt.Sprintf("deposed leader's commit in doubt, landed=%v", n.armUnknown(leader) == commitThenUnknown))
+			leader.eng.stall()
+			var firsts []chan struct{}
+			for _, m := range n.members {
+				if m != leader {
+					ch := make(chan struct{})
+					m.eng.mu.Lock()
+					m.eng.landed = ch
+					m.eng.mu.Unlock()
+					firsts = append(firsts, ch)
+				}
+			}
+			select {
+			case <-firsts[0]:
+			case <-firsts[1]:
+			case <-time.After(5 * time.Second):
+			}
+			leader.eng.resume()
+			pause(50*time.Millisecond, 300*time.Millisecond)
+			for _, m := range n.members {
+				m.eng.mu.Lock()
+				m.eng.landed = nil
+				m.eng.mu.Unlock()
+				m.eng.resume()
+			}
 		case "unknown+stall":
 			// Both at once: the leader's store commit in doubt, then the
 			// leader stalls.
@@ -570,7 +645,7 @@ func (n *nemesis) inject(ctx context.Context, admin map[*nemesisMember]*clientv3
 			leader.eng.mu.Unlock()
 			pause(0, 100*time.Millisecond)
 			leader.eng.stall()
-			pause(2*failoverLease, 3*time.Second)
+			pause(2*nemesisLease, max(3*time.Second, 4*nemesisLease))
 			leader.eng.resume()
 		}
 	}
@@ -580,6 +655,16 @@ func (n *nemesis) inject(ctx context.Context, admin map[*nemesisMember]*clientv3
 		m.eng.store, m.eng.any, m.eng.skip = nil, nil, 0
 		m.eng.mu.Unlock()
 	}
+}
+
+// armUnknown makes the next store commit of m answer unknown, landed or
+// not, and returns which.
+func (n *nemesis) armUnknown(m *nemesisMember) fault {
+	f := []fault{commitThenUnknown, dropThenUnknown}[n.r.IntN(2)]
+	m.eng.mu.Lock()
+	m.eng.store = append(m.eng.store, f)
+	m.eng.mu.Unlock()
+	return f
 }
 
 // driveBulk writes thousands of keys and deletes them with one request,
@@ -594,7 +679,7 @@ func (n *nemesis) driveBulk(ctx context.Context, cli *clientv3.Client, c int, st
 		case <-time.After(time.Duration(2000+r.IntN(4000)) * time.Millisecond):
 		}
 		prefix := fmt.Sprintf("bulk/%d/", cycle)
-		for i := 0; i < 5000; i += 100 {
+		for i := 0; i < nemesisBulk; i += 100 {
 			ops := make([]clientv3.Op, 0, 100)
 			for j := i; j < i+100; j++ {
 				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%05d", prefix, j), "v"))

@@ -73,7 +73,7 @@ func (h *History) DriveMutex(ctx context.Context, cli *clientv3.Client, c int, s
 				continue
 			}
 			kl.next = l
-			if sess, err = concurrency.NewSession(cli, concurrency.WithLease(clientv3.LeaseID(l.ID)), concurrency.WithContext(ctx)); err != nil {
+			if sess, err = concurrency.NewSession(cli, concurrency.WithLease(clientv3.LeaseID(l.ID)), concurrency.WithTTL(int(l.TTL)), concurrency.WithContext(ctx)); err != nil {
 				sess = nil
 				continue
 			}
