@@ -89,7 +89,7 @@ func TestNemesis(t *testing.T) {
 // anomalyKind sorts an anomaly Verify reports by what it is about.
 func anomalyKind(err error) string {
 	msg := err.Error()
-	for _, k := range []string{"renewal was answered \"gone\"", "was deleted at revision", "mutex", "watch", "acknowledged", "not linearizable", "log:", "read"} {
+	for _, k := range []string{"answered \"gone\"", "was deleted at revision", "mutex", "watch", "acknowledged", "not linearizable", "log:", "read"} {
 		if strings.Contains(msg, k) {
 			return k
 		}
@@ -466,10 +466,31 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 		}()
 	}
 
+	// How long no member led, sampled every 10ms while the faults go on.
+	leaderless := make(chan time.Duration, 1)
+	injecting := make(chan struct{})
+	go func() {
+		var without time.Duration
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-injecting:
+				leaderless <- without
+				return
+			case <-tick.C:
+				if n.leader() == nil {
+					without += 10 * time.Millisecond
+				}
+			}
+		}
+	}()
 	n.inject(ctx, admin, d)
+	close(injecting)
 	n.mu.Lock()
 	faults := maps.Clone(n.faults)
 	n.mu.Unlock()
+	t.Logf("seed %d: no member led for %v of %v", n.seed, <-leaderless, d)
 
 	// Heal: every member up and its engine flowing, one leader.
 	for _, m := range n.members {
