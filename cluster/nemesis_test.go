@@ -335,6 +335,9 @@ type nemesis struct {
 	kinds   []string
 	mu      sync.Mutex
 	faults  map[string]int // injected, by kind
+	// handoffs is how long each clean restart of the leader left the
+	// cluster without one.
+	handoffs []time.Duration
 	t       *testing.T
 	seed    uint64
 	r       *rand.Rand
@@ -491,6 +494,11 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 	faults := maps.Clone(n.faults)
 	n.mu.Unlock()
 	t.Logf("seed %d: no member led for %v of %v", n.seed, <-leaderless, d)
+	if len(n.handoffs) > 0 {
+		slices.Sort(n.handoffs)
+		t.Logf("seed %d: a clean restart of the leader, until another member led: %v to %v, median %v",
+			n.seed, n.handoffs[0].Round(time.Millisecond), n.handoffs[len(n.handoffs)-1].Round(time.Millisecond), n.handoffs[len(n.handoffs)/2].Round(time.Millisecond))
+	}
 
 	// Heal: every member up and its engine flowing, one leader.
 	for _, m := range n.members {
@@ -619,7 +627,18 @@ func (n *nemesis) inject(ctx context.Context, admin map[*nemesisMember]*clientv3
 			cancel()
 		case "restart":
 			n.count("clean restart")
+			start := time.Now()
 			victim.shutdown()
+			if victim == leader {
+				// A leader that resigns is replaced at once; one that
+				// does not, only once its lease has run out.
+				for deadline := start.Add(5 * time.Second); n.leader() == nil && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				n.mu.Lock()
+				n.handoffs = append(n.handoffs, time.Since(start))
+				n.mu.Unlock()
+			}
 			victim.start()
 		case "deposed-unknown":
 			// The leader's next batch is in doubt while it stalls; it
