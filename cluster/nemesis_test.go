@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -39,7 +40,9 @@ import (
 // NEMESIS_SEED replays a run's schedule (the seed is logged; the
 // interleaving of the goroutines still varies), NEMESIS_TIME sets how
 // long the faults go on (default nemesisTime; `make nemesis` runs
-// longer).
+// longer), NEMESIS_FAULTS picks the kinds of fault (faultKinds), and
+// NEMESIS_LOG=1 shows the members' logs. docs/CLUSTERING.md has the
+// figures.
 func TestNemesis(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("NEMESIS_SEED"); s != "" {
@@ -240,22 +243,32 @@ type incarnation struct {
 	ran     chan struct{}
 }
 
+// log is where a member logs: nowhere, or with NEMESIS_LOG set,
+// to stderr, each line naming the member.
+func (m *nemesisMember) log() *slog.Logger {
+	if os.Getenv("NEMESIS_LOG") == "" {
+		return quiet()
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("m", m.name)
+}
+
 func (m *nemesisMember) start() {
 	m.t.Helper()
 	url := "http://" + m.addr
+	log := m.log()
 	hub := watch.NewHub(watch.Options{})
-	store, err := mvcc.Open(m.eng, mvcc.Options{Logger: quiet(), Listener: hub, Clustered: true, FollowInterval: 5 * time.Millisecond})
+	store, err := mvcc.Open(m.eng, mvcc.Options{Logger: log, Listener: hub, Clustered: true, FollowInterval: 5 * time.Millisecond})
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	lessor := ttl.New(store, ttl.Options{Logger: quiet(), Member: m.id, Follower: true})
-	el := New(m.eng, Options{ID: m.id, Name: m.name, ClientURLs: []string{url}, Lease: nemesisLease, Logger: quiet()}, store, lessor)
+	lessor := ttl.New(store, ttl.Options{Logger: log, Member: m.id, Follower: true})
+	el := New(m.eng, Options{ID: m.id, Name: m.name, ClientURLs: []string{url}, Lease: nemesisLease, Logger: log}, store, lessor)
 	tokens, _ := auth.NewTokens("simple", 0)
 	as, err := auth.Open(store, tokens, bcrypt.MinCost)
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	srv := server.New(server.Config{Name: m.name, ListenClientURLs: []string{url}, Logger: quiet(), Cluster: el, Auth: as}, store, hub, lessor, m.eng)
+	srv := server.New(server.Config{Name: m.name, ListenClientURLs: []string{url}, Logger: log, Cluster: el, Auth: as}, store, hub, lessor, m.eng)
 	// The port was this member's before; another process may hold it
 	// for a moment after a stop.
 	for i := 0; ; i++ {
