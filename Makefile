@@ -31,8 +31,10 @@ test: bin/etcdctl
 	$(GO) vet ./...
 	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv
 
+# tests/ runs the sett binary; it is built once, with the race detector.
 test-sett: bin/etcdctl
-	SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
+	$(GO) build -race -o bin/sett-race .
+	SETT_BIN=$(CURDIR)/bin/sett-race SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
 
 # The TiKV build (-tags tikv): vet, the engine's own tests, the election
 # and failover tests (several members on one cluster), and sett's
@@ -92,7 +94,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyEncoding$$' -fuzztime $(FUZZTIME) ./mvcc
 	$(GO) test -run '^$$' -fuzz '^FuzzKV$$' -fuzztime $(FUZZTIME) ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(FUZZTIME) ./server
-	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotFile$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotFile$$' -fuzztime $(FUZZTIME) ./snapshot
 
 # The nemesis run (cluster's TestNemesis: three members on one engine,
 # clients on every member, faults at random, the history checked with

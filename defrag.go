@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -20,15 +19,8 @@ func defragCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "defrag",
 		Usage: "reclaim disk space: of a running server (--endpoints) or of a stopped sett's data directory (--data-dir)",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "endpoints", Usage: "the servers to defragment, comma-separated (host:port, http(s)://host:port, unix://path)", EnvVars: []string{"ETCDCTL_ENDPOINTS"}},
-			&cli.StringFlag{Name: "data-dir", Usage: "a stopped sett's data directory to defragment in place", EnvVars: []string{"SETT_DATA_DIR"}},
-			&cli.DurationFlag{Name: "dial-timeout", Value: 2 * time.Second, Usage: "dial timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}},
-			&cli.DurationFlag{Name: "command-timeout", Usage: "give up after this long (0: never)", EnvVars: []string{"ETCDCTL_COMMAND_TIMEOUT"}},
-			&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
-			&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
-			&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
-		},
+		Flags: append(clientFlags("", "the servers to defragment, comma-separated (host:port, http(s)://host:port, unix://path)"),
+			&cli.StringFlag{Name: "data-dir", Usage: "a stopped sett's data directory to defragment in place", EnvVars: []string{"SETT_DATA_DIR"}}),
 		Action: defrag,
 	}
 }
@@ -38,12 +30,8 @@ func defrag(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Context
-	if d := c.Duration("command-timeout"); d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
 	dir, endpoints := c.String("data-dir"), splitURLs(c.String("endpoints"))
 	switch {
 	case dir != "" && len(endpoints) > 0:
@@ -72,8 +60,8 @@ func defrag(c *cli.Context) error {
 	case len(endpoints) == 0:
 		return errors.New("give --endpoints (a running server) or --data-dir (a stopped one)")
 	}
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: c.Duration("dial-timeout")}
-	if cfg.TLS, err = clientTLS(endpoints, c.String("cacert"), c.String("cert"), c.String("key")); err != nil {
+	cfg, err := clientConfig(c)
+	if err != nil {
 		return err
 	}
 	client, err := clientv3.New(cfg)

@@ -22,6 +22,7 @@ import (
 	"github.com/settdb/sett/cluster"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/snapshot"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -175,6 +176,10 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	db := st.eng
+	// Snapshots in etcd's format are built in <data-dir>/tmp; what a
+	// crash left there is of no use. The engine holds the data dir's
+	// lock by now, so no other sett is using it.
+	os.RemoveAll(filepath.Join(dir, "tmp"))
 	hub := watch.NewHub(watch.Options{RingEvents: c.Int("watch-ring-events"), RingBytes: ringBytes})
 	// On a shared engine (TiKV) this member is one of several: it leads
 	// only once elected, and follows meanwhile.
@@ -218,10 +223,19 @@ func runServe(c *cli.Context) error {
 			Lease: c.Duration("election-lease"), Logger: log}, store, lessor)
 	}
 	collectors := st.collectors
-	var snapMetrics snapshotMetrics
-	if c.String("snapshot-schedule-cron") != "" {
-		snapMetrics = newSnapshotMetrics()
-		collectors = append(collectors, snapMetrics.collectors()...)
+	var scheduler *snapshot.Scheduler
+	if spec := c.String("snapshot-schedule-cron"); spec != "" {
+		scheduler, err = snapshot.NewScheduler(store, db, snapshot.Schedule{
+			Cron: spec, Dir: snapshotDir(c, dir), Name: c.String("snapshot-name"),
+			Format: c.String("snapshot-format"), Compress: c.Bool("snapshot-compress"),
+			Retention: c.Int("snapshot-retention"),
+		}, log)
+		if err != nil {
+			store.Close()
+			st.close()
+			return err
+		}
+		collectors = append(collectors, scheduler.Collectors()...)
 	}
 	cfg := server.Config{
 		Name:                c.String("name"),
@@ -251,13 +265,8 @@ func runServe(c *cli.Context) error {
 	}
 	srv := server.New(cfg, store, hub, lessor, db)
 	waitSnapshots := func() {}
-	if spec := c.String("snapshot-schedule-cron"); spec != "" {
-		sn := &snapshotter{
-			store: store, eng: db, dir: snapshotDir(c, dir), name: c.String("snapshot-name"),
-			format: c.String("snapshot-format"), compress: c.Bool("snapshot-compress"),
-			retention: c.Int("snapshot-retention"), log: log, metrics: snapMetrics,
-		}
-		if waitSnapshots, err = sn.schedule(ctx, spec); err != nil {
+	if scheduler != nil {
+		if waitSnapshots, err = scheduler.Start(ctx); err != nil {
 			store.Close()
 			st.close()
 			return err

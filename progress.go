@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -44,8 +43,8 @@ func newProgress(log *slog.Logger, what, unit string, total int64) *progress {
 	return p
 }
 
-// set reports that n units are done.
-func (p *progress) set(n int64) {
+// Set reports that n units are done.
+func (p *progress) Set(n int64) {
 	if p.bar != nil {
 		p.bar.Set64(n)
 		return
@@ -63,36 +62,20 @@ func (p *progress) during(f func() error) error {
 	go func() { done <- f() }()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	defer p.finish()
+	defer p.Finish()
 	for {
 		select {
 		case err := <-done:
 			return err
 		case <-tick.C:
-			p.set(int64(time.Since(p.start).Seconds()))
+			p.Set(int64(time.Since(p.start).Seconds()))
 		}
 	}
 }
 
-// finish removes the bar.
-func (p *progress) finish() {
+// Finish removes the bar.
+func (p *progress) Finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 	}
-}
-
-// reader counts the bytes read through r as progress.
-func (p *progress) reader(r io.Reader) io.Reader { return &progressReader{r: r, p: p} }
-
-type progressReader struct {
-	r io.Reader
-	p *progress
-	n int64
-}
-
-func (pr *progressReader) Read(b []byte) (int, error) {
-	n, err := pr.r.Read(b)
-	pr.n += int64(n)
-	pr.p.set(pr.n)
-	return n, err
 }

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
+	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,33 +10,25 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/snapshot"
+	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
-	"github.com/settdb/sett/etcdsnap"
-	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/snapshot"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
-// A snapshot file is what the Maintenance Snapshot RPC streams: a sett
-// backup (mvcc.Backup), zero padding to a multiple of 512 bytes, and the
-// SHA-256 of everything before it. `sett snapshot save` fetches one as
-// `etcdctl snapshot save` does (etcdctl itself can too); restore and
-// status read it as etcdutl reads an etcd snapshot.
-//
-// Restore and status also read etcd's own snapshots (a bbolt database
-// and its SHA-256, see package etcdsnap), told apart by their first
-// page, and `save --format etcd` writes one, so data moves from etcd to
-// sett and back.
+// The snapshot command's command line; the files and what is done with
+// them are package snapshot's.
 
 func snapshotCommand() *cli.Command {
 	return &cli.Command{
@@ -51,16 +39,10 @@ func snapshotCommand() *cli.Command {
 				Name:      "save",
 				Usage:     "fetch a consistent snapshot from a running sett (or etcd-compatible server) into FILE",
 				ArgsUsage: "FILE",
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "endpoints", Value: "127.0.0.1:2379", Usage: "the one server to fetch from (host:port, http(s)://host:port, unix://path)", EnvVars: []string{"ETCDCTL_ENDPOINTS"}},
-					&cli.DurationFlag{Name: "dial-timeout", Value: 2 * time.Second, Usage: "dial timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}},
-					&cli.DurationFlag{Name: "command-timeout", Usage: "give up after this long (0: never)", EnvVars: []string{"ETCDCTL_COMMAND_TIMEOUT"}},
-					&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
-					&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
-					&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
+				Flags: append(clientFlags("127.0.0.1:2379", "the one server to fetch from (host:port, http(s)://host:port, unix://path)"),
 					&cli.StringFlag{Name: "user", Usage: "username[:password] to authenticate as, when the server has auth on (a snapshot needs root)", EnvVars: []string{"ETCDCTL_USER"}},
 					&cli.StringFlag{Name: "format", Value: "sett", Usage: "sett (the server's own stream) or etcd (a bbolt file etcdutl snapshot restore accepts)", EnvVars: []string{"SETT_SNAPSHOT_FORMAT"}},
-				},
+				),
 				Action: snapshotSave,
 			},
 			{
@@ -156,11 +138,8 @@ func snapshotSave(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := clientv3.Config{
-		Endpoints:   splitURLs(c.String("endpoints")),
-		DialTimeout: c.Duration("dial-timeout"),
-	}
-	if cfg.TLS, err = clientTLS(cfg.Endpoints, c.String("cacert"), c.String("cert"), c.String("key")); err != nil {
+	cfg, err := clientConfig(c)
+	if err != nil {
 		return err
 	}
 	cfg.Username, cfg.Password, _ = strings.Cut(c.String("user"), ":")
@@ -168,28 +147,26 @@ func snapshotSave(c *cli.Context) error {
 	if format != "sett" && format != "etcd" {
 		return fmt.Errorf("--format %q: want sett or etcd", format)
 	}
-	ctx := c.Context
-	if d := c.Duration("command-timeout"); d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	// sett streams either format, etcd's unless asked; etcd streams its
+	// own whatever is asked.
+	ctx = metadata.AppendToOutgoingContext(ctx, snapshot.FormatHeader, format)
 	fetched := path
 	if format == "etcd" {
-		// The server streams its own format; it is converted here, so
-		// the server needs nothing new and the file is converted from
-		// one consistent state.
+		// What came is converted if it is sett's (from a sett before
+		// this one), and kept as it is if it is etcd's already.
 		fetched = path + ".stream"
 		defer os.Remove(fetched)
 	}
 	// etcd's own client code: it writes FILE.part, requires the trailing
 	// SHA-256, syncs and renames.
-	version, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, fetched)
+	version, err := clientsnapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, fetched)
 	if err != nil {
 		return err
 	}
 	if format == "etcd" {
-		info, err := exportEtcd(fetched, path)
+		info, err := snapshot.ToEtcd(fetched, path, openBadger, startProgress(slog.Default()))
 		if err != nil {
 			return err
 		}
@@ -201,147 +178,6 @@ func snapshotSave(c *cli.Context) error {
 		fmt.Printf("Server version %s\n", version)
 	}
 	return nil
-}
-
-// clientTLS builds the client's TLS configuration from etcdctl's flags;
-// nil means plain connections.
-func clientTLS(endpoints []string, cacert, cert, key string) (*tls.Config, error) {
-	secure := cacert != "" || cert != ""
-	for _, e := range endpoints {
-		secure = secure || strings.HasPrefix(e, "https://") || strings.HasPrefix(e, "unixs://")
-	}
-	if !secure {
-		return nil, nil
-	}
-	conf := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cacert != "" {
-		pem, err := os.ReadFile(cacert)
-		if err != nil {
-			return nil, err
-		}
-		conf.RootCAs = x509.NewCertPool()
-		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--cacert %s: no certificates found", cacert)
-		}
-	}
-	if cert != "" || key != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("--cert/--key: %w", err)
-		}
-		conf.Certificates = []tls.Certificate{pair}
-	}
-	return conf, nil
-}
-
-// exportEtcd converts the snapshot file src to an etcd snapshot at dst.
-// A file that already is one (fetched from an etcd) is kept as it is.
-func exportEtcd(src, dst string) (etcdsnap.Info, error) {
-	snap, err := openSnapshot(src)
-	if err != nil {
-		return etcdsnap.Info{}, err
-	}
-	defer snap.f.Close()
-	if err := snap.verify(); err != nil {
-		return etcdsnap.Info{}, err
-	}
-	if etcdsnap.IsSnapshot(snap.f) {
-		snap.f.Close()
-		if err := os.Rename(src, dst); err != nil {
-			return etcdsnap.Info{}, err
-		}
-		return etcdsnap.Status(dst)
-	}
-	return settToEtcd(snap.backup(), dst, filepath.Dir(dst))
-}
-
-// settToEtcd writes the sett backup read from r to path as an etcd
-// snapshot, which `etcdutl snapshot restore` accepts. The backup is
-// unpacked into a temporary Badger store in scratch (removed after) so
-// that it can be walked in revision order.
-func settToEtcd(r io.Reader, path, scratch string) (etcdsnap.Info, error) {
-	tmp, err := os.MkdirTemp(scratch, ".sett-export-")
-	if err != nil {
-		return etcdsnap.Info{}, err
-	}
-	defer os.RemoveAll(tmp)
-	db, err := badger.Open(badger.Options{Dir: tmp})
-	if err != nil {
-		return etcdsnap.Info{}, err
-	}
-	defer db.Close()
-	if _, err := mvcc.Restore(db, r); err != nil {
-		return etcdsnap.Info{}, fmt.Errorf("read backup: %w", err)
-	}
-	es, err := db.Snapshot()
-	if err != nil {
-		return etcdsnap.Info{}, err
-	}
-	defer es.Close()
-	pr := newProgress(slog.Default(), "converting to etcd's format", "revisions", -1)
-	info, err := etcdsnap.Write(es, path, pr.set)
-	pr.finish()
-	if err != nil {
-		return info, fmt.Errorf("write %s: %w", path, err)
-	}
-	return info, nil
-}
-
-// snapshotFile is an open snapshot file: its backup and padding (data)
-// and, if present, the SHA-256 after them.
-type snapshotFile struct {
-	f    *os.File
-	data int64  // bytes before the checksum
-	sum  []byte // nil if the file has none
-}
-
-// openSnapshot opens path. A file has a checksum when its length modulo
-// 512 is 32, the rule etcdctl and etcdutl apply.
-func openSnapshot(path string) (*snapshotFile, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	s := &snapshotFile{f: f, data: fi.Size()}
-	if fi.Size()%512 == sha256.Size {
-		s.data -= sha256.Size
-		s.sum = make([]byte, sha256.Size)
-		if _, err := f.ReadAt(s.sum, s.data); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// verify checks the data against the checksum.
-func (s *snapshotFile) verify() error {
-	if s.sum == nil {
-		return errors.New("snapshot missing hash but --skip-hash-check=false")
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(s.f, 0, s.data)); err != nil {
-		return err
-	}
-	if got := h.Sum(nil); !bytes.Equal(got, s.sum) {
-		return fmt.Errorf("expected sha256 %x, got %x", s.sum, got)
-	}
-	return nil
-}
-
-// backup reads the backup in the file.
-func (s *snapshotFile) backup() io.Reader { return io.NewSectionReader(s.f, 0, s.data) }
-
-func backupErr(path string, err error) error {
-	if errors.Is(err, mvcc.ErrBadBackup) {
-		return fmt.Errorf("%s: %w (neither a sett snapshot nor an etcd one)", path, err)
-	}
-	return fmt.Errorf("%s: %w", path, err)
 }
 
 func snapshotRestore(c *cli.Context) error {
@@ -360,148 +196,41 @@ func snapshotRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// etcdutl's rule: the directory must not exist, or be empty.
-	entries, err := os.ReadDir(dir)
-	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("data-dir %q not empty or could not be read", dir)
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return err
-	}
-	// A compressed snapshot is unpacked beside the target, where there
-	// must be room for the restore anyway.
-	plain, done, err := decompressed(path, filepath.Dir(dir))
-	if err != nil {
-		return err
-	}
-	defer done()
-	snap, err := openSnapshot(plain)
-	if err != nil {
-		return err
-	}
-	defer snap.f.Close()
-	if !c.Bool("skip-hash-check") {
-		if err := snap.verify(); err != nil {
-			return err
-		}
-	}
-	log.Info("restoring snapshot", "path", path, "data_dir", dir)
-
-	// Restore beside the target and rename it into place once whole, so
-	// a failed restore leaves no half-filled data directory.
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".restore-")
-	if err != nil {
-		return err
-	}
-	var info mvcc.BackupInfo
-	if etcdsnap.IsSnapshot(snap.f) {
-		var ei etcdsnap.Info
-		ei, err = restoreEtcdInto(tmp, snap, c.Bool("skip-hash-check"), log)
-		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", path, err)
-		}
-	} else {
-		pr := newProgress(log, "restoring snapshot", "bytes", snap.data)
-		info, err = restoreInto(tmp, pr.reader(snap.backup()))
-		pr.finish()
-		if err != nil {
-			err = backupErr(path, err)
-		}
-	}
-	if err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	os.Remove(dir) // empty, if it exists
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(dir)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	log.Info("restored snapshot", "path", path, "data_dir", dir, "revision", info.Revision,
-		"compact_revision", info.CompactRevision, "total_keys", info.Entries)
-	return nil
+	_, err = snapshot.Restore(path, dir, snapshot.RestoreOptions{
+		Open:          openBadger,
+		SkipHashCheck: c.Bool("skip-hash-check"),
+		CheckEtcd:     checkEtcdFile,
+		Progress:      startProgress(log),
+		Log:           log,
+	})
+	return err
 }
 
-// restoreInto restores the backup r into a new Badger store in dir.
-func restoreInto(dir string, r io.Reader) (mvcc.BackupInfo, error) {
+// openBadger opens a new Badger store in dir, for restore and
+// conversion.
+func openBadger(dir string) (engine.Engine, func() error, error) {
 	db, err := badger.Open(badger.Options{Dir: dir})
 	if err != nil {
-		return mvcc.BackupInfo{}, err
+		return nil, nil, err
 	}
-	info, err := mvcc.Restore(db, r)
-	if cerr := db.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return info, err
+	return db, db.Close, nil
 }
 
-// restoreEtcdInto restores the etcd snapshot snap into a new Badger
-// store in dir. bbolt reads a database from a file of its own, so the
-// database part of the snapshot is copied beside dir first.
-func restoreEtcdInto(dir string, snap *snapshotFile, unverified bool, log *slog.Logger) (etcdsnap.Info, error) {
-	boltFile, err := os.CreateTemp(filepath.Dir(dir), filepath.Base(dir)+".etcd-")
-	if err != nil {
-		return etcdsnap.Info{}, err
+// startProgress reports a long step's progress to a person or a log.
+func startProgress(log *slog.Logger) snapshot.ProgressFunc {
+	return func(what, unit string, total int64) snapshot.Progress {
+		return newProgress(log, what, unit, total)
 	}
-	defer os.Remove(boltFile.Name())
-	_, err = io.Copy(boltFile, io.NewSectionReader(snap.f, 0, snap.data))
-	if cerr := boltFile.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return etcdsnap.Info{}, err
-	}
-	if unverified {
-		if err := checkEtcdFile(boltFile.Name()); err != nil {
-			return etcdsnap.Info{}, err
-		}
-	}
-	db, err := badger.Open(badger.Options{Dir: dir})
-	if err != nil {
-		return etcdsnap.Info{}, err
-	}
-	pr := newProgress(log, "restoring etcd snapshot", "revisions", -1)
-	info, err := etcdsnap.Restore(boltFile.Name(), db, pr.set)
-	pr.finish()
-	if cerr := db.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return info, err
 }
 
 // checkEtcdFile checks the bbolt database at path in a child process
-// (see check-etcd), so a file damaged in a way that makes bbolt panic is
-// refused with a message instead of a crash.
+// running the hidden `snapshot check-etcd`.
 func checkEtcdFile(path string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	var out bytes.Buffer
-	cmd := exec.Command(exe, "snapshot", "check-etcd", path)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(out.String())
-		for _, line := range strings.Split(msg, "\n") {
-			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "sett: ") {
-				msg = strings.TrimPrefix(strings.TrimPrefix(line, "panic: "), "sett: ")
-				break
-			}
-		}
-		if errors.Is(err, exec.ErrNotFound) || msg == "" {
-			msg = err.Error()
-		}
-		if !strings.Contains(msg, etcdsnap.ErrBadSnapshot.Error()) {
-			msg = etcdsnap.ErrBadSnapshot.Error() + ": " + msg
-		}
-		return errors.New(msg)
-	}
-	return nil
+	return snapshot.CheckEtcdFile(exe, []string{"snapshot", "check-etcd"}, path)
 }
 
 // snapshotStatus prints what etcdutl's snapshot status prints: the hash
@@ -516,38 +245,13 @@ func snapshotStatus(c *cli.Context) error {
 	if format != "simple" && format != "table" && format != "json" {
 		return fmt.Errorf("--write-out %q: want simple, table or json", format)
 	}
-	plain, done, err := decompressed(path, os.TempDir())
+	info, err := snapshot.Describe(path, checkEtcdFile)
 	if err != nil {
 		return err
 	}
-	defer done()
-	snap, err := openSnapshot(plain)
-	if err != nil {
-		return err
-	}
-	defer snap.f.Close()
-	var info mvcc.BackupInfo
-	version := server.Version
-	if etcdsnap.IsSnapshot(snap.f) {
-		// As etcdutl: the keys that exist, the database's size, and the
-		// storage version the file records. A file that carries its
-		// SHA-256 is checked against it first; one that does not is
-		// checked by bbolt in a child process.
-		check := snap.verify
-		if snap.sum == nil {
-			check = func() error { return checkEtcdFile(plain) }
-		}
-		if err := check(); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		ei, err := etcdsnap.Status(plain)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		info = mvcc.BackupInfo{Hash: ei.Hash, Revision: ei.Revision, Entries: ei.Keys, Size: ei.Size}
-		version = ei.Version
-	} else if info, err = mvcc.ReadBackupInfo(snap.backup()); err != nil {
-		return backupErr(path, err)
+	version := info.Version
+	if version == "" {
+		version = server.Version
 	}
 	row := []string{
 		fmt.Sprintf("%x", info.Hash),
@@ -618,4 +322,78 @@ func humanBytes(n uint64) string {
 		return fmt.Sprintf("%.1f %s", v, units[int(e)])
 	}
 	return fmt.Sprintf("%.0f %s", v, units[int(e)])
+}
+
+// snapshotFlags are serve's flags for scheduled snapshots. The defaults
+// keep them off: a sett started by kind or a test should not fill a disk.
+func snapshotFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "snapshot-schedule-cron", Usage: "take a snapshot on this cron schedule (5 fields or @every 6h, as k3s's \"0 */12 * * *\"); empty: never"},
+		&cli.StringFlag{Name: "snapshot-dir", Usage: "where scheduled snapshots go (default: <data-dir>-snapshots)"},
+		&cli.IntFlag{Name: "snapshot-retention", Value: 5, Usage: "scheduled snapshots to keep; older ones are deleted (0: keep all)"},
+		&cli.BoolFlag{Name: "snapshot-compress", Usage: "compress scheduled snapshots with zstd (restore and status read them as they are)"},
+		&cli.StringFlag{Name: "snapshot-name", Value: "sett-snapshot", Usage: "file name prefix of scheduled snapshots"},
+		&cli.StringFlag{Name: "snapshot-format", Value: "sett", Usage: "sett, or etcd (a bbolt file etcdutl snapshot restore accepts)"},
+	}
+}
+
+// snapshotDirFlags are the flags of snapshot ls and prune, named and
+// set by environment as serve's.
+func snapshotDirFlags() []cli.Flag {
+	return withEnv(
+		&cli.StringFlag{Name: "snapshot-dir", Usage: "the snapshot directory (required)"},
+		&cli.StringFlag{Name: "snapshot-name", Value: "sett-snapshot", Usage: "file name prefix of the snapshots"},
+		&cli.IntFlag{Name: "snapshot-retention", Value: 5, Usage: "snapshots prune keeps"},
+	)
+}
+
+// withEnv gives each flag its SETT_ and ETCD_ environment variables.
+func withEnv(flags ...cli.Flag) []cli.Flag {
+	for _, f := range flags {
+		setEnv(f)
+	}
+	return flags
+}
+
+// snapshotDir is --snapshot-dir, or its default beside the data dir
+// (not inside it: the data dir is Badger's alone).
+func snapshotDir(c *cli.Context, dataDir string) string {
+	if d := c.String("snapshot-dir"); d != "" {
+		return d
+	}
+	return dataDir + "-snapshots"
+}
+
+// snapshotLs prints the snapshots in a snapshot directory.
+func snapshotLs(c *cli.Context) error {
+	dir := c.String("snapshot-dir")
+	if dir == "" {
+		return errors.New("snapshot ls needs --snapshot-dir")
+	}
+	list, err := snapshot.List(dir, c.String("snapshot-name"))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(os.Stdout)
+	fmt.Fprintf(w, "%-50s %12s %s\n", "NAME", "SIZE", "CREATED")
+	for _, e := range list {
+		fmt.Fprintf(w, "%-50s %12d %s\n", e.Name, e.Size, e.ModTime.UTC().Format(time.RFC3339))
+	}
+	return w.Flush()
+}
+
+// snapshotPrune deletes old snapshots from a snapshot directory.
+func snapshotPrune(c *cli.Context) error {
+	dir := c.String("snapshot-dir")
+	if dir == "" {
+		return errors.New("snapshot prune needs --snapshot-dir")
+	}
+	if c.Int("snapshot-retention") <= 0 {
+		return errors.New("snapshot prune needs --snapshot-retention of at least 1")
+	}
+	gone, err := snapshot.Prune(dir, c.String("snapshot-name"), c.Int("snapshot-retention"))
+	for _, n := range gone {
+		fmt.Printf("Removed %s\n", filepath.Join(dir, n))
+	}
+	return err
 }

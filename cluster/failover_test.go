@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -49,16 +49,6 @@ type peer struct {
 // round) plus the time to re-read the store: about 400ms here.
 const failoverLease = 250 * time.Millisecond
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func startPeer(t testing.TB, eng engine.Engine, name string) *peer {
 	t.Helper()
 	return startPeerWith(t, eng, name, nil)
@@ -68,7 +58,7 @@ func startPeer(t testing.TB, eng engine.Engine, name string) *peer {
 // simple ones).
 func startPeerWith(t testing.TB, eng engine.Engine, name string, tokens auth.Tokens) *peer {
 	t.Helper()
-	m := &peer{name: name, id: server.MemberID(name), addr: freeAddr(t), served: make(chan error, 1)}
+	m := &peer{name: name, id: server.MemberID(name), addr: harness.FreeAddr(t), served: make(chan error, 1)}
 	url := "http://" + m.addr
 	hub := watch.NewHub(watch.Options{})
 	var err error

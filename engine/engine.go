@@ -19,12 +19,15 @@ var (
 	// ErrNotFound is returned by Get when the key does not exist.
 	ErrNotFound = errors.New("engine: key not found")
 	// ErrTxnTooBig is returned by a write when the transaction can hold no
-	// more; the caller commits what it has and retries in a new one.
+	// more. The write is not taken and the transaction keeps what it had:
+	// the caller commits that and goes on in a new one.
 	ErrTxnTooBig = errors.New("engine: transaction too big")
 	// ErrConflict is returned by Commit when a conditional write found a
-	// value other than the one it expected.
+	// value other than the one it expected, or, on an engine that detects
+	// conflicts, when another transaction committed its key after this
+	// one began (see Txn.PutIf).
 	ErrConflict = errors.New("engine: conditional write conflict")
-	// ErrClosed is returned by every call after Close.
+	// ErrClosed is returned by Snapshot and Begin after Close.
 	ErrClosed = errors.New("engine: closed")
 	// ErrUndetermined is returned by Commit when the engine cannot tell
 	// whether the transaction committed (a distributed engine that lost
@@ -44,15 +47,17 @@ var (
 
 // Engine is an ordered key-value store.
 type Engine interface {
-	// Snapshot returns a consistent read view of every committed write.
-	// It must be closed.
+	// Snapshot returns a consistent read view of every write committed
+	// before it, and of none committed after. It must be closed.
 	Snapshot() (Snapshot, error)
 	// Begin starts a write transaction. Its reads see the committed state
-	// as of Begin plus its own pending writes.
+	// as of Begin plus its own pending writes; nobody else sees those
+	// until Commit.
 	Begin() (Txn, error)
 	// Size returns the bytes the engine occupies on disk.
 	Size() int64
-	// Close flushes and releases the store.
+	// Close flushes and releases the store. Closing it again does
+	// nothing.
 	Close() error
 }
 
@@ -62,7 +67,10 @@ type Reader interface {
 	// only valid until the reader is closed.
 	Get(key []byte) ([]byte, error)
 	// Iterate returns an iterator over keys in [start, end), ascending, or
-	// descending when reverse is set. An empty end means no upper bound.
+	// descending when reverse is set, positioned on the first of them. An
+	// empty start means from the first key, an empty end no upper bound;
+	// start at or past a non-empty end is an empty range. A transaction's
+	// iterator shows its own pending writes and deletes in place.
 	Iterate(start, end []byte, reverse bool) Iterator
 }
 
@@ -77,11 +85,17 @@ type Txn interface {
 	Reader
 	Put(key, value []byte) error
 	Delete(key []byte) error
-	// PutIf writes value only if key currently holds expect (nil expect:
-	// the key must not exist). A mismatch fails the whole transaction at
-	// Commit with ErrConflict.
+	// PutIf writes value only if key holds expect (nil expect: the key
+	// must not exist) in the transaction's view, as Holds checks it. A
+	// mismatch fails the whole transaction at Commit with ErrConflict,
+	// and nothing of it is written. An engine that detects conflicts (a
+	// distributed one; Badger when asked) also fails the commit with
+	// ErrConflict when another transaction committed key after this one
+	// began; an engine with a single writer need not check that.
 	PutIf(key, value, expect []byte) error
-	// Commit makes every write durable and visible at once.
+	// Commit makes every write durable and visible at once. A ctx already
+	// done commits nothing and returns ctx.Err(); one that ends while the
+	// commit is under way may leave its outcome unknown (ErrUndetermined).
 	Commit(ctx context.Context) error
 	// Discard drops the transaction; it is a no-op after Commit.
 	Discard()
@@ -91,7 +105,10 @@ type Txn interface {
 type Iterator interface {
 	Valid() bool
 	Next()
-	// Seek moves to the first key >= key (<= key when reverse).
+	// Seek moves, forward or back, to the first key of the range >= key
+	// (the last <= key when reverse). The range's bounds hold: a key
+	// short of the range lands on its first key in the iterator's order,
+	// one past it leaves the iterator invalid.
 	Seek(key []byte)
 	Key() []byte
 	Value() ([]byte, error)

@@ -74,6 +74,10 @@ func (s *Store) Backup() (*Backup, error) {
 	return &Backup{snap: snap}, nil
 }
 
+// Reader reads the engine snapshot the backup is taken from, for a
+// writer of another format (etcd's: package snapshot/etcdsnap).
+func (b *Backup) Reader() engine.Reader { return b.snap }
+
 // Info describes the backup. The first call reads it through once, as
 // WriteTo does, to learn its size; the snapshot does not change, so a
 // later WriteTo writes exactly that many bytes.

@@ -29,7 +29,6 @@ import (
 // state) cannot be taken back that way; they are held in memory and
 // written by the last transaction.
 
-
 // spillTxn is an engine.Txn that commits to the engine and carries on in
 // a new transaction whenever the current one is full.
 type spillTxn struct {

@@ -227,7 +227,19 @@ func (s *Store) snapshotView() (*view, func(), error) {
 	return &view{r: snap, rev: rev, compact: compact, counts: s.counts, live: s.live}, snap.Close, nil
 }
 
-// Range reads keys as etcd's Range does.
+// Range reads the keys in [r.Key, r.RangeEnd) as etcd's Range does.
+//
+// An empty (or nil) RangeEnd reads the single key r.Key; RangeEnd "\x00"
+// reads every key >= r.Key; r.Key "\x00" with RangeEnd "\x00" reads
+// every key. Any other RangeEnd at or below r.Key is an empty range.
+// Keys come in raw-byte order unless a sort is asked for.
+//
+// r.Revision <= 0 reads the current revision; a revision below the
+// compact revision is ErrCompacted, one above the current revision
+// ErrFutureRev. The header's revision is the store's revision when the
+// read began, whatever revision was read, as in etcd. Count is every
+// key in range at that revision, before limit and the min/max revision
+// filters; More says whether limit cut the result.
 func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	v, done, err := s.snapshotView()
 	if err != nil {
@@ -246,7 +258,12 @@ func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 	return resp.(*pb.PutResponse), nil
 }
 
-// DeleteRange deletes the keys in a range.
+// DeleteRange deletes the keys in [r.Key, r.RangeEnd), with RangeEnd
+// read as Range reads it (empty: the single key; "\x00": every key >=
+// r.Key). Deleted counts the keys removed, and with PrevKv their last
+// versions come back. A delete that removes nothing takes no revision
+// and writes no event: its header carries the current revision. One that
+// removes keys takes the next revision, and every deletion carries it.
 func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyDelete(r) })
 	if err != nil {

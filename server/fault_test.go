@@ -20,6 +20,7 @@ import (
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/internal/lincheck"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/watch"
@@ -267,7 +268,7 @@ func TestDiskFull(t *testing.T) {
 // the writes refused meanwhile taken as possibly applied.
 func TestLinearizableUnderFaults(t *testing.T) {
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr := harness.FreeAddr(t)
 	cfg := server.Config{ListenClientURLs: []string{"http://" + addr}}
 	serve := func(landed bool) *instance {
 		db, err := openEngine(dir)
@@ -282,7 +283,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	history := lincheck.NewHistory()
 	var clients []*clientv3.Client
 	for range 6 {
-		clients = append(clients, newClient(t, addr))
+		clients = append(clients, harness.NewClient(t, addr))
 	}
 	stop := history.Run(ctx, clients)
 	for _, landed := range []bool{true, false} {

@@ -4,19 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -107,7 +103,7 @@ func serveOnTokens(t testing.TB, dir string, db engine.Engine, cfg server.Config
 	if addr.Network() == "unix" {
 		in.addr = "unix://" + addr.String()
 	}
-	cli := newClient(t, in.addr)
+	cli := harness.NewClient(t, in.addr)
 	t.Cleanup(in.stop)
 	return in, cli
 }
@@ -124,35 +120,7 @@ func (in *instance) stop() {
 	in.cancel = nil
 }
 
-func newClient(t testing.TB, endpoint string) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t testing.TB) context.Context { return harness.Context(t) }
 
 func TestSmoke(t *testing.T) {
 	_, cli := startSett(t, "", server.Config{})
@@ -183,30 +151,7 @@ func startEtcd(t testing.TB) *clientv3.Client {
 // startEtcdTokens is startEtcd with etcd's --auth-token option.
 func startEtcdTokens(t testing.TB, tokenOpts string) *clientv3.Client {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.AuthToken = tokenOpts
-	cfg.Dir = t.TempDir()
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"/dev/null"}
-	client, peer := "http://"+freePort(t), "http://"+freePort(t)
-	cu, _ := url.Parse(client)
-	pu, _ := url.Parse(peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + peer
-	cfg.BcryptCost = uint(bcrypt.MinCost)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd did not become ready")
-	}
-	return newClient(t, cu.Host)
+	return harness.NewClient(t, harness.StartEtcd(t, harness.Etcd{AuthToken: tokenOpts}))
 }
 
 func TestEtcdStarts(t *testing.T) {

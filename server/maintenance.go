@@ -6,15 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
 type maintenanceServer struct {
@@ -99,17 +104,18 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 // snapshotSendBufferSize).
 const snapshotChunk = 32 * 1024
 
-// Snapshot streams a consistent backup of the whole store, as etcd
-// streams its database file: chunks with the bytes remaining after each,
-// then one more response holding the SHA-256 of everything sent before.
+// Snapshot streams a consistent snapshot of the whole store as etcd
+// streams its database file: the file's data in chunks, with the bytes
+// remaining after each, then one more response holding its SHA-256.
 //
-// etcdctl (clientv3/snapshot) accepts a stream whose length modulo 512 is
-// 32, a database of whole pages followed by its SHA-256, so the backup is
-// padded with zeros to a multiple of 512 bytes; a backup ends itself, so
-// restore ignores the padding. The backup is read twice from the same
-// engine snapshot, once to learn its size for remaining_bytes and once to
-// send it: nothing is spooled to disk, which matters most when the disk
-// is full. Writes go on meanwhile.
+// The file is etcd's own format (a bbolt database, package
+// snapshot/etcdsnap), so that `etcdctl snapshot save` and etcdutl, and
+// every backup tool built on them, read what sett sends. A client that
+// asks for sett's format (metadata snapshot.FormatHeader "sett", as `sett
+// snapshot save` does) gets sett's file instead, written from the engine
+// snapshot straight into the stream. etcd's format is built in a
+// temporary file first, since bbolt writes only to files. Writes go on
+// meanwhile.
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenance_SnapshotServer) error {
 	if err := m.s.requireAdmin(stream.Context()); err != nil {
 		return err
@@ -123,60 +129,104 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 		return toGRPC(err)
 	}
 	defer b.Close()
-	info, err := b.Info()
-	if err != nil {
-		return toGRPC(err)
+	var (
+		file  io.Reader
+		total int64 // the file's length, its checksum included
+		rev   int64
+		done  = func() {}
+	)
+	if format := metadata.ValueFromIncomingContext(stream.Context(), snapshot.FormatHeader); len(format) > 0 && format[0] == "sett" {
+		info, err := b.Info()
+		if err != nil {
+			return toGRPC(err)
+		}
+		total, rev = snapshot.Size(info.Size), info.Revision
+		pr, pw := io.Pipe()
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			_, err := snapshot.Write(pw, b)
+			pw.CloseWithError(err)
+		}()
+		file = pr
+		done = func() {
+			pr.Close() // stops the writer if the stream failed first
+			<-written
+		}
+	} else {
+		f, info, err := m.etcdFile(b)
+		if err != nil {
+			m.s.log.Warn("failed to write database snapshot", "error", err)
+			return toGRPC(err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return toGRPC(err)
+		}
+		file, total, rev = f, fi.Size(), info.Revision
+		done = func() { f.Close() }
 	}
-	total := (info.Size + 511) / 512 * 512
+	defer done()
+
 	start := time.Now()
-	m.s.log.Info("sending database snapshot to client", "total_bytes", total, "revision", info.Revision)
-
-	pr, pw := io.Pipe()
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		n, err := b.WriteTo(pw)
-		if err == nil && n != info.Size {
-			err = fmt.Errorf("backup changed size: %d bytes, then %d", info.Size, n)
-		}
-		if err == nil {
-			_, err = pw.Write(make([]byte, total-n))
-		}
-		pw.CloseWithError(err)
-	}()
-	defer func() {
-		pr.Close() // stops the writer if the stream failed first
-		<-written
-	}()
-
-	h := sha256.New()
-	for sent := int64(0); sent < total; {
+	data := total - sha256.Size
+	m.s.log.Info("sending database snapshot to client", "total_bytes", data, "revision", rev)
+	for sent := int64(0); sent < data; {
 		// A new buffer each time: Send may still hold the last one.
-		buf := make([]byte, min(snapshotChunk, total-sent))
-		n, err := io.ReadFull(pr, buf)
+		buf := make([]byte, min(snapshotChunk, data-sent))
+		n, err := io.ReadFull(file, buf)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				err = errors.New("backup ended early")
+				err = errors.New("snapshot ended early")
 			}
 			m.s.log.Warn("failed to send database snapshot", "error", err)
 			return toGRPC(err)
 		}
 		sent += int64(n)
-		h.Write(buf)
 		if err := stream.Send(&pb.SnapshotResponse{
-			RemainingBytes: uint64(total - sent),
+			RemainingBytes: uint64(data - sent),
 			Blob:           buf,
 			Version:        storageVersion,
 		}); err != nil {
 			return err
 		}
 	}
-	if err := stream.Send(&pb.SnapshotResponse{Blob: h.Sum(nil), Version: storageVersion}); err != nil {
+	sum := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(file, sum); err != nil {
+		return toGRPC(fmt.Errorf("snapshot checksum: %w", err))
+	}
+	if err := stream.Send(&pb.SnapshotResponse{Blob: sum, Version: storageVersion}); err != nil {
 		return err
 	}
-	m.s.log.Info("sent database snapshot to client", "total_bytes", total, "revision", info.Revision,
+	m.s.log.Info("sent database snapshot to client", "total_bytes", data, "revision", rev,
 		"took", time.Since(start).String())
 	return nil
+}
+
+// etcdFile writes b in etcd's format to a temporary file, in the data
+// dir's tmp directory (beside the data, where there is room for it) or
+// the system's, and returns it open, already unlinked.
+func (m *maintenanceServer) etcdFile(b *mvcc.Backup) (*os.File, etcdsnap.Info, error) {
+	dir := os.TempDir()
+	if m.s.cfg.DataDir != "" {
+		dir = filepath.Join(m.s.cfg.DataDir, "tmp")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, etcdsnap.Info{}, err
+		}
+	}
+	tmp, err := os.CreateTemp(dir, "snapshot-*.db")
+	if err != nil {
+		return nil, etcdsnap.Info{}, err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	info, err := snapshot.WriteEtcdFile(b, tmp.Name())
+	if err != nil {
+		return nil, info, err
+	}
+	f, err := os.Open(tmp.Name())
+	return f, info, err
 }
 
 // Hash hashes the whole store; the header's revision is that of the

@@ -16,6 +16,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -23,6 +24,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/snapshot"
 )
 
 // everything is every key, for Get.
@@ -107,7 +109,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		_, err := cli.Defragment(ctx, in.addr)
 		defragged <- err
 	}()
-	rc, err := cli.Snapshot(ctx)
+	// sett's own format, as `sett snapshot save` asks for it.
+	rc, err := cli.Snapshot(metadata.AppendToOutgoingContext(ctx, snapshot.FormatHeader, "sett"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -392,6 +392,13 @@ func (i *iterator) Next() {
 }
 
 func (i *iterator) Seek(key []byte) {
+	// Badger seeks anywhere; the range's bounds hold the target in it.
+	switch {
+	case !i.reverse && bytes.Compare(key, i.start) < 0:
+		key = i.start
+	case i.reverse && len(i.end) > 0 && bytes.Compare(key, i.end) > 0:
+		key = i.end
+	}
 	i.it.Seek(key)
 	// In reverse, Badger lands on the last key <= key; the range is
 	// half-open, so step off an exact match of the end bound.

@@ -6,42 +6,15 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/settdb/sett/engine/enginetest"
 )
-
-func openTest(t *testing.T) *DB {
-	t.Helper()
-	d, err := Open(Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
-func put(t *testing.T, d *DB, k string, v []byte) {
-	t.Helper()
-	tx, err := d.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v == nil {
-		err = tx.Delete([]byte(k))
-	} else {
-		err = tx.Put([]byte(k), v)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestSizeFollowsData: Size counts the blocks the files occupy, not the
 // length of Badger's sparse, preallocated logs (256 MiB for an empty
 // store), so it starts small and grows with the data written.
 func TestSizeFollowsData(t *testing.T) {
-	d := openTest(t)
+	d := openWith(t, Options{Dir: t.TempDir()})
 	empty := d.Size()
 	if empty <= 0 || empty > 1<<20 {
 		t.Fatalf("empty store: Size = %d, want under 1 MiB", empty)
@@ -49,7 +22,7 @@ func TestSizeFollowsData(t *testing.T) {
 	v := make([]byte, 64<<10)
 	for i := range 32 {
 		rand.Read(v)
-		put(t, d, fmt.Sprint("k", i), v)
+		enginetest.Put(t, d, fmt.Sprint("k", i), v)
 	}
 	if got := d.Size() - empty; got < 2<<20 || got > 3<<20 {
 		t.Fatalf("2 MiB written: Size grew by %d", got)
@@ -59,14 +32,14 @@ func TestSizeFollowsData(t *testing.T) {
 // TestGCReclaims: GC frees what deletes and overwrites left behind, while
 // commits running alongside it succeed, and what remains reads back.
 func TestGCReclaims(t *testing.T) {
-	d := openTest(t)
+	d := openWith(t, Options{Dir: t.TempDir()})
 	v := make([]byte, 64<<10)
 	for i := range 64 {
 		rand.Read(v)
-		put(t, d, fmt.Sprint("k", i), v)
+		enginetest.Put(t, d, fmt.Sprint("k", i), v)
 	}
 	for i := range 48 {
-		put(t, d, fmt.Sprint("k", i), nil)
+		enginetest.Put(t, d, fmt.Sprint("k", i), nil)
 	}
 	before := d.Size()
 
@@ -139,9 +112,9 @@ func TestGCReclaims(t *testing.T) {
 // TestFlushKeyHidden: the key GC writes to force a flush never shows in
 // an iteration, forward or reverse, should a snapshot catch it.
 func TestFlushKeyHidden(t *testing.T) {
-	d := openTest(t)
-	put(t, d, string(flushKey), []byte{})
-	put(t, d, "a", []byte("1"))
+	d := openWith(t, Options{Dir: t.TempDir()})
+	enginetest.Put(t, d, string(flushKey), []byte{})
+	enginetest.Put(t, d, "a", []byte("1"))
 	snap, err := d.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -169,15 +142,15 @@ func TestGCInMemory(t *testing.T) {
 	}
 	defer d.Close()
 	for i := range 100 {
-		put(t, d, fmt.Sprint("k", i), []byte("v"))
+		enginetest.Put(t, d, fmt.Sprint("k", i), []byte("v"))
 	}
 	for i := range 100 {
-		put(t, d, fmt.Sprint("k", i), nil)
+		enginetest.Put(t, d, fmt.Sprint("k", i), nil)
 	}
 	if err := d.GC(); err != nil {
 		t.Fatal(err)
 	}
-	put(t, d, "after", []byte("v"))
+	enginetest.Put(t, d, "after", []byte("v"))
 	snap, err := d.Snapshot()
 	if err != nil {
 		t.Fatal(err)

@@ -12,12 +12,17 @@ import (
 
 	"github.com/pingcap/log"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tikv/client-go/v2/tikv"
 	"go.uber.org/zap"
+
+	"github.com/settdb/sett/engine/enginetest"
 )
 
 func TestMain(m *testing.M) {
 	// client-go is chatty at info; the tests want its errors only.
 	RedirectLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	// Before any store starts: its goroutines read the switch unlocked.
+	tikv.EnableFailpoints()
 	os.Exit(m.Run())
 }
 
@@ -52,8 +57,8 @@ func TestCollectors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := openTest(t)
-	put(t, d, "k", []byte("v"))
+	d := openTest(t, Options{})
+	enginetest.Put(t, d, "k", []byte("v"))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

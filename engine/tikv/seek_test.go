@@ -30,7 +30,7 @@ func (c *countingSource) iterReverse(hi, lo []byte) (tikv.Iterator, error) {
 // as mvcc's range reads do, steps within the open scan instead of opening
 // one per seek; a seek far ahead opens one.
 func TestSeekReusesScan(t *testing.T) {
-	d := openTest(t)
+	d := openTest(t, Options{})
 	tx, err := d.Begin()
 	if err != nil {
 		t.Fatal(err)

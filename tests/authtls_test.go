@@ -1,41 +1,42 @@
-package main
+package tests
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // certClient is a client whose certificate names user cn.
-func (p *pki) certClient(t *testing.T, endpoint, cn string, serial int64) *clientv3.Client {
+func certClient(t *testing.T, p *harness.PKI, endpoint, cn string, serial int64) *clientv3.Client {
 	t.Helper()
-	crt, key := p.issue(t, cn, serial, true)
+	crt, key := p.Issue(t, cn, serial, true)
 	pair, err := tls.LoadX509KeyPair(crt, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tlsClient(t, endpoint, &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{pair}})
+	return tlsClient(t, endpoint, &tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{pair}})
 }
 
 // TestClientCertUsers: under --client-cert-auth, a request without a
 // token is made as the user its certificate's common name names, with
 // exactly that user's permissions, as etcd does.
 func TestClientCertUsers(t *testing.T) {
-	p := newPKI(t)
-	crt, key := p.issue(t, "server", 2, false)
-	addr := freePort(t)
+	p := harness.NewPKI(t)
+	crt, key := p.Issue(t, "server", 2, false)
+	addr := harness.FreeAddr(t)
 	c := spawn(t, "serve", "--data-dir", t.TempDir(), "--listen-client-urls", "https://"+addr,
 		"--cert-file", crt, "--key-file", key, "--client-cert-auth",
-		"--trusted-ca-file", filepath.Join(p.dir, "ca.crt"), "--bcrypt-cost", "4", "--log-format", "json")
+		"--trusted-ca-file", p.CA, "--bcrypt-cost", "4", "--log-format", "json")
 	defer c.stop()
-	root := p.certClient(t, addr, "root", 10)
+	root := certClient(t, p, addr, "root", 10)
 	c.awaitReady(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -57,8 +58,8 @@ func TestClientCertUsers(t *testing.T) {
 	must(root.Put(ctx, "secret", "2"))
 	must(root.AuthEnable(ctx))
 
-	alice := p.certClient(t, addr, "alice", 11)
-	mallory := p.certClient(t, addr, "mallory", 12)
+	alice := certClient(t, p, addr, "alice", 11)
+	mallory := certClient(t, p, addr, "mallory", 12)
 	if r, err := alice.Get(ctx, "pub/", clientv3.WithPrefix()); err != nil || len(r.Kvs) != 1 {
 		t.Fatalf("alice reads pub/: %v %v", r, err)
 	}

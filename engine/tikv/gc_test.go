@@ -4,105 +4,23 @@ package tikv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/pingcap/failpoint"
 	"github.com/tikv/client-go/v2/oracle"
-	"github.com/tikv/client-go/v2/tikv"
 
-	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/engine/enginetest"
 )
-
-// TestUndeterminedCommit: a commit whose answer is lost is
-// ErrUndetermined, not success or conflict, and a snapshot taken next
-// sees all of its writes or none. client-go's mock answers every commit
-// of the primary key with "result undetermined" after applying it
-// (rpcCommitTimeout), or fails the RPC before applying it
-// (rpcCommitResult "timeout"); client-go retries until the deadline and
-// cannot tell which happened.
-func TestUndeterminedCommit(t *testing.T) {
-	tikv.EnableFailpoints()
-	// A failed RPC makes client-go check the store's health over gRPC,
-	// which the in-process mock store does not serve; without this the
-	// store would stay unreachable.
-	if err := failpoint.Enable("tikvclient/injectLiveness", `return("reachable")`); err != nil {
-		t.Fatal(err)
-	}
-	defer failpoint.Disable("tikvclient/injectLiveness")
-	for _, c := range []struct {
-		failpoint, value string
-		landed           bool
-	}{
-		{"tikvclient/rpcCommitTimeout", "return(true)", true},
-		{"tikvclient/rpcCommitResult", `return("timeout")`, false},
-	} {
-		t.Run(c.failpoint, func(t *testing.T) {
-			d := openTest(t)
-			tx, err := d.Begin()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 3 {
-				if err := tx.Put([]byte(fmt.Sprint("k", i)), []byte("v")); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := failpoint.Enable(c.failpoint, c.value); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			err = tx.Commit(ctx)
-			failpoint.Disable(c.failpoint)
-			if !errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrConflict) {
-				t.Fatalf("Commit = %v, want ErrUndetermined", err)
-			}
-
-			snap, err := d.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer snap.Close()
-			n := len(keys(snap.Iterate(nil, nil, false)))
-			if n != 0 && n != 3 {
-				t.Fatalf("a snapshot after the commit sees %d of its 3 keys", n)
-			}
-			if landed := n == 3; landed != c.landed {
-				t.Errorf("landed = %v, want %v for this failpoint", landed, c.landed)
-			}
-		})
-	}
-}
-
-// TestCommitDeadline: a context already done before Commit sends nothing
-// and says so plainly; it is not an unknown outcome.
-func TestCommitDeadline(t *testing.T) {
-	d := openTest(t)
-	tx, err := d.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Put([]byte("k"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := tx.Commit(ctx); !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrUndetermined) {
-		t.Fatalf("Commit = %v, want context.Canceled", err)
-	}
-}
 
 // TestReclaimVersions: GC advances PD's safe point, but never past a
 // snapshot or transaction still open, and moves on once they close.
 func TestReclaimVersions(t *testing.T) {
-	d := openTest(t)
+	d := openTest(t, Options{})
 	ctx := context.Background()
 	later := time.Now().Add(time.Hour) // the compaction's start bounds nothing here
-	put(t, d, "k", []byte("1"))
+	enginetest.Put(t, d, "k", []byte("1"))
 	snap, err := d.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +31,7 @@ func TestReclaimVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	txTS := tx.(*txn).tx.StartTS()
-	put(t, d, "k", []byte("2"))
+	enginetest.Put(t, d, "k", []byte("2"))
 
 	if err := d.ReclaimVersions(ctx, later); err != nil {
 		t.Fatal(err)
@@ -149,12 +67,7 @@ func TestReclaimVersions(t *testing.T) {
 // TestReclaimBounds: the safe point is no newer than the compaction's
 // start, nor than now less the GC lifetime.
 func TestReclaimBounds(t *testing.T) {
-	m, err := NewMockCluster("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	d := openOn(t, m, Options{GCLifetime: 10 * time.Minute})
+	d := openTest(t, Options{GCLifetime: 10 * time.Minute})
 	ctx := context.Background()
 
 	before := time.Now().Add(-time.Hour)
@@ -188,8 +101,8 @@ func safePoint(t *testing.T, d *DB) uint64 {
 // finds the safe point past its own timestamp, however the timestamps
 // and the GC's interleave.
 func TestReclaimRacesSnapshots(t *testing.T) {
-	d := openTest(t)
-	put(t, d, "k", []byte("v"))
+	d := openTest(t, Options{})
+	enginetest.Put(t, d, "k", []byte("v"))
 	ctx := context.Background()
 	stop := make(chan struct{})
 	gcErr := make(chan error, 1)

@@ -1,4 +1,4 @@
-package main
+package tests
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/internal/lincheck"
 )
 
@@ -21,12 +22,12 @@ import (
 // with no gap and no duplicate.
 func TestLinearizable(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	addr := freePort(t)
+	addr := harness.FreeAddr(t)
 	sett := startChild(t, dir, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	watcher := newClient(t, addr)
+	watcher := harness.NewClient(t, addr)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	wch := watcher.Watch(wctx, "lin/", clientv3.WithPrefix(), clientv3.WithRev(1))
@@ -45,7 +46,7 @@ func TestLinearizable(t *testing.T) {
 	history := lincheck.NewHistory()
 	var clients []*clientv3.Client
 	for range 6 {
-		clients = append(clients, newClient(t, addr))
+		clients = append(clients, harness.NewClient(t, addr))
 	}
 	stop := history.Run(ctx, clients)
 
@@ -70,7 +71,7 @@ func TestLinearizable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := newClient(t, addr)
+	fresh := harness.NewClient(t, addr)
 	var want []*mvccpb.Event
 	for r := range fresh.Watch(ctx, "lin/", clientv3.WithPrefix(), clientv3.WithRev(1)) {
 		want = append(want, r.Events...)

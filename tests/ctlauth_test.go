@@ -1,8 +1,10 @@
-package main
+package tests
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // ctlAuthScript turns auth on with etcdctl and uses it as several
@@ -129,12 +131,12 @@ a
 // requires the same output.
 func TestEtcdctlAuth(t *testing.T) {
 	etcdctl := etcdctlPath(t)
-	etcd := newCtlTarget(t, "etcd", startEtcd(t))
-	addr := freePort(t)
+	etcd := newCtlTarget(t, "etcd", harness.StartEtcd(t, harness.Etcd{}))
+	addr := harness.FreeAddr(t)
 	s := spawn(t, "serve", "--data-dir", t.TempDir(), "--listen-client-urls", "http://"+addr,
 		"--name", "default", "--log-format", "json", "--bcrypt-cost", "4")
 	s.addr = addr
-	cli := newClient(t, addr)
+	cli := harness.NewClient(t, addr)
 	s.awaitReady(cli)
 	cli.Close()
 	defer s.stop()

@@ -1,4 +1,4 @@
-package main
+package snapshot_test
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
-	"github.com/settdb/sett/etcdsnap"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot"
+	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
-// FuzzSnapshotFile: `sett snapshot status` and `sett snapshot restore`
-// (hash check skipped, so damaged content gets past the checksum) on
-// arbitrary files: refused with an error or restored into a directory
-// that opens as a store; a refused restore leaves no data directory.
+// FuzzSnapshotFile: Describe and Restore (hash check skipped, so damaged
+// content gets past the checksum) on arbitrary files: refused with an
+// error or restored into a directory that opens as a store; a refused
+// restore leaves no data directory.
 func FuzzSnapshotFile(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("not a snapshot"))
@@ -30,27 +32,17 @@ func FuzzSnapshotFile(f *testing.F) {
 	f.Add(etcd)
 	f.Add(etcd[:4096])
 
-	quiet := func() func() {
-		stdout, stderr := os.Stdout, os.Stderr
-		null, _ := os.Open(os.DevNull)
-		os.Stdout, os.Stderr = null, null
-		return func() { os.Stdout, os.Stderr = stdout, stderr; null.Close() }
-	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		// bbolt's check of an etcd file runs in a child process, which
-		// is this test binary running as sett. Set here, not for the
-		// whole target: the fuzzing workers are this binary too.
-		t.Setenv(childEnv, "1")
 		dir := t.TempDir()
 		file := filepath.Join(dir, "in.db")
 		if err := os.WriteFile(file, in, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		restored := filepath.Join(dir, "restored")
-		restore := quiet()
-		app().Run([]string{"sett", "snapshot", "status", file})
-		err := app().Run([]string{"sett", "snapshot", "restore", file, "--data-dir", restored, "--skip-hash-check"})
-		restore()
+		snapshot.Describe(file, checkEtcd)
+		_, err := snapshot.Restore(file, restored, snapshot.RestoreOptions{
+			Open: openBadger, SkipHashCheck: true, CheckEtcd: checkEtcd,
+		})
 		if err != nil {
 			if entries, _ := os.ReadDir(restored); len(entries) > 0 {
 				t.Fatalf("a refused restore (%v) left %d files in the data dir", err, len(entries))
@@ -73,6 +65,40 @@ func FuzzSnapshotFile(f *testing.F) {
 	})
 }
 
+// checkEnv, when set, makes the test binary check the bbolt file named
+// by its last argument and exit, as `sett snapshot check-etcd` does:
+// bbolt's check of an etcd file runs in a child process.
+const checkEnv = "SETT_TEST_CHECK_ETCD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(checkEnv) != "" {
+		if _, err := etcdsnap.Status(os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, "sett:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func checkEtcd(path string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	os.Setenv(checkEnv, "1")
+	defer os.Unsetenv(checkEnv)
+	return snapshot.CheckEtcdFile(exe, nil, path)
+}
+
+func openBadger(dir string) (engine.Engine, func() error, error) {
+	db, err := badger.Open(badger.Options{Dir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, db.Close, nil
+}
+
 // smallSnapshots returns a snapshot of a store of a few keys in sett's
 // format and in etcd's.
 func smallSnapshots(f *testing.F) (sett, etcd []byte) {
@@ -93,7 +119,7 @@ func smallSnapshots(f *testing.F) (sett, etcd []byte) {
 		}
 	}
 	settPath, etcdPath := filepath.Join(dir, "sett.db"), filepath.Join(dir, "etcd.db")
-	if err := writeSettSnapshot(store, settPath); err != nil {
+	if err := snapshot.WriteFile(store, settPath); err != nil {
 		f.Fatal(err)
 	}
 	snap, err := db.Snapshot()

@@ -1,4 +1,4 @@
-package main
+package tests
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // TestDefragCommand: `sett defrag` defragments a running server through
@@ -15,9 +17,9 @@ import (
 // directory a running sett holds, and the data survives both.
 func TestDefragCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	addr := freePort(t)
+	addr := harness.FreeAddr(t)
 	s := startChild(t, dir, addr)
-	cli := newClient(t, addr)
+	cli := harness.NewClient(t, addr)
 	ctx := context.Background()
 	val := strings.Repeat("v", 2048)
 	for i := range 200 {
@@ -45,9 +47,9 @@ func TestDefragCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Defragmented "+dir) {
 		t.Fatalf("defrag --data-dir: exit %d\n%s%s", code, out, errOut)
 	}
-	addr = freePort(t)
+	addr = harness.FreeAddr(t)
 	startChild(t, dir, addr)
-	got, err := newClient(t, addr).Get(ctx, "defrag/", clientv3.WithPrefix())
+	got, err := harness.NewClient(t, addr).Get(ctx, "defrag/", clientv3.WithPrefix())
 	if err != nil || got.Count != 100 || string(got.Kvs[0].Value) != val {
 		t.Fatalf("after defrag: %v keys (%v), want 100", got.Count, err)
 	}

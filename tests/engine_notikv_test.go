@@ -1,6 +1,6 @@
 //go:build !tikv
 
-package main
+package tests
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // childEngineEnv is the environment that picks the engine of the sett
@@ -24,7 +26,7 @@ func TestEngineTiKVNeedsTag(t *testing.T) {
 		{"bolt", `unknown --engine "bolt"`},
 	} {
 		sett := spawn(t, "serve", "--engine", c.engine, "--data-dir", t.TempDir(),
-			"--listen-client-urls", "http://"+freePort(t), "--log-format", "json")
+			"--listen-client-urls", "http://"+harness.FreeAddr(t), "--log-format", "json")
 		select {
 		case <-sett.exited:
 		case <-time.After(30 * time.Second):
@@ -44,9 +46,9 @@ func TestEngineTiKVNeedsTag(t *testing.T) {
 // and does not crash.
 func TestDamagedDataDirRefused(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	addr := freePort(t)
+	addr := harness.FreeAddr(t)
 	s := startChild(t, dir, addr)
-	cli := newClient(t, addr)
+	cli := harness.NewClient(t, addr)
 	for i := range 2000 {
 		if _, err := cli.Put(context.Background(), fmt.Sprintf("k%04d", i), strings.Repeat("v", 300)); err != nil {
 			t.Fatal(err)
@@ -64,7 +66,7 @@ func TestDamagedDataDirRefused(t *testing.T) {
 	if err := os.Truncate(tables[0], fi.Size()/2); err != nil {
 		t.Fatal(err)
 	}
-	sett := spawn(t, "serve", "--data-dir", dir, "--listen-client-urls", "http://"+freePort(t), "--log-format", "json")
+	sett := spawn(t, "serve", "--data-dir", dir, "--listen-client-urls", "http://"+harness.FreeAddr(t), "--log-format", "json")
 	select {
 	case <-sett.exited:
 	case <-time.After(30 * time.Second):

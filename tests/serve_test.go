@@ -1,17 +1,9 @@
-package main
+package tests
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,98 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/server"
 )
-
-// pki is a CA and the certificates it signed, as PEM files in a dir.
-type pki struct {
-	dir  string
-	ca   *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &pki{dir: t.TempDir(), ca: ca, key: key, pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
-	writePEM(t, filepath.Join(p.dir, "ca.crt"), "CERTIFICATE", der)
-	return p
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue writes name.crt and name.key signed by the CA, for a server on
-// loopback or for a client, and returns the two paths.
-func (p *pki) issue(t *testing.T, name string, serial int64, client bool) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, k := filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
-	writePEM(t, crt+".tmp", "CERTIFICATE", der)
-	writePEM(t, k+".tmp", "EC PRIVATE KEY", kder)
-	// Replace both at once, as a rotation tool would.
-	if err := os.Rename(k+".tmp", k); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(crt+".tmp", crt); err != nil {
-		t.Fatal(err)
-	}
-	return crt, k
-}
-
-func (p *pki) clientTLS(t *testing.T, withCert bool) *tls.Config {
-	t.Helper()
-	c := &tls.Config{RootCAs: p.pool}
-	if withCert {
-		crt, key := p.issue(t, "client", 100, true)
-		pair, err := tls.LoadX509KeyPair(crt, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c
-}
 
 func tlsClient(t *testing.T, endpoint string, conf *tls.Config) *clientv3.Client {
 	t.Helper()
@@ -129,10 +32,10 @@ func tlsClient(t *testing.T, endpoint string, conf *tls.Config) *clientv3.Client
 // static pod (its flag names, this test's paths and ports) and reaches it
 // over TLS with a client certificate; a client without one is refused.
 func TestKindStaticPodFlags(t *testing.T) {
-	p := newPKI(t)
-	crt, key := p.issue(t, "server", 2, false)
-	peerCrt, peerKey := p.issue(t, "peer", 3, false)
-	client, metrics := freePort(t), freePort(t)
+	p := harness.NewPKI(t)
+	crt, key := p.Issue(t, "server", 2, false)
+	peerCrt, peerKey := p.Issue(t, "peer", 3, false)
+	client, metrics := harness.FreeAddr(t), harness.FreeAddr(t)
 	c := spawn(t,
 		"--advertise-client-urls=https://"+client,
 		"--cert-file="+crt,
@@ -150,12 +53,12 @@ func TestKindStaticPodFlags(t *testing.T) {
 		"--peer-cert-file="+peerCrt,
 		"--peer-client-cert-auth=true",
 		"--peer-key-file="+peerKey,
-		"--peer-trusted-ca-file="+filepath.Join(p.dir, "ca.crt"),
+		"--peer-trusted-ca-file="+p.CA,
 		"--snapshot-count=10000",
-		"--trusted-ca-file="+filepath.Join(p.dir, "ca.crt"),
+		"--trusted-ca-file="+p.CA,
 		"--log-format=json",
 	)
-	cli := tlsClient(t, client, p.clientTLS(t, true))
+	cli := tlsClient(t, client, p.ClientTLS(t, true))
 	c.awaitReady(cli)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -168,7 +71,7 @@ func TestKindStaticPodFlags(t *testing.T) {
 	}
 
 	// No client certificate: the handshake fails.
-	bad := tlsClient(t, client, p.clientTLS(t, false))
+	bad := tlsClient(t, client, p.ClientTLS(t, false))
 	bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer bcancel()
 	if _, err := bad.Get(bctx, "/registry/ns/default"); err == nil {
@@ -195,7 +98,7 @@ func TestKindStaticPodFlags(t *testing.T) {
 		t.Errorf("/health: %s", got)
 	}
 	// Health over the TLS client port too, as kind's probes may use it.
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: p.clientTLS(t, true)}}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: p.ClientTLS(t, true)}}
 	if got := httpGet(t, hc, "https://"+client+"/readyz?verbose"); !strings.Contains(got, "[+]serializable_read ok") || !strings.HasSuffix(got, "ok\n") {
 		t.Errorf("/readyz: %s", got)
 	}
@@ -222,14 +125,14 @@ func httpGet(t *testing.T, c *http.Client, url string) string {
 // TestCertificateRotation: a certificate replaced on disk is served to
 // the next connection without a restart.
 func TestCertificateRotation(t *testing.T) {
-	p := newPKI(t)
-	crt, key := p.issue(t, "server", 2, false)
-	addr := freePort(t)
+	p := harness.NewPKI(t)
+	crt, key := p.Issue(t, "server", 2, false)
+	addr := harness.FreeAddr(t)
 	c := spawn(t, "serve", "--data-dir", t.TempDir(), "--listen-client-urls", "https://"+addr,
 		"--cert-file", crt, "--key-file", key, "--log-format", "json")
-	c.awaitReady(tlsClient(t, addr, p.clientTLS(t, false)))
+	c.awaitReady(tlsClient(t, addr, p.ClientTLS(t, false)))
 	serial := func() int64 {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: p.pool})
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: p.Pool})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +142,7 @@ func TestCertificateRotation(t *testing.T) {
 	if s := serial(); s != 2 {
 		t.Fatalf("serving serial %d, want 2", s)
 	}
-	p.issue(t, "server", 7, false)
+	p.Issue(t, "server", 7, false)
 	if s := serial(); s != 7 {
 		t.Fatalf("after rotation serving serial %d, want 7", s)
 	}
@@ -271,8 +174,8 @@ func TestUnixSocket(t *testing.T) {
 // start, and says why.
 func TestDataDirLocked(t *testing.T) {
 	dir := t.TempDir()
-	first := startChild(t, dir, freePort(t))
-	second := spawn(t, "serve", "--data-dir", dir, "--listen-client-urls", "http://"+freePort(t), "--log-format", "json")
+	first := startChild(t, dir, harness.FreeAddr(t))
+	second := spawn(t, "serve", "--data-dir", dir, "--listen-client-urls", "http://"+harness.FreeAddr(t), "--log-format", "json")
 	select {
 	case <-second.exited:
 	case <-time.After(30 * time.Second):

@@ -1,4 +1,4 @@
-package main
+package tests
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,42 +20,11 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/proto"
-)
 
-// startEtcdOn runs a real embedded etcd named "default" on dir, with the
-// given peer URL (a restored data dir remembers it), and returns its
-// client address.
-func startEtcdOn(t *testing.T, dir, peer string) string {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	// bcrypt's least cost keeps tests that add users fast.
-	cfg.BcryptCost = uint(bcrypt.MinCost)
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"/dev/null"}
-	client := "http://" + freePort(t)
-	cu, _ := url.Parse(client)
-	pu, _ := url.Parse(peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + peer
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd did not become ready")
-	}
-	return cu.Host
-}
+	"github.com/settdb/sett/internal/harness"
+)
 
 // seedHistory writes a seeded random history into cli: puts (some under
 // leases), single and prefix deletes, multi-key txns, a revoked lease and
@@ -241,11 +210,13 @@ func sameEvents(a, b []*clientv3.Event) bool {
 
 // TestEtcdSnapshotRoundTrip moves a real etcd's data into sett and back:
 // an etcd snapshot restored by `sett snapshot restore` serves what the
-// etcd that wrote it serves, and sett's `snapshot save --format etcd`,
-// restored by etcdutl's own restore into a real etcd, serves it too.
+// etcd that wrote it serves; and what `etcdctl snapshot save` fetches
+// from sett, as an etcd backup runbook fetches it, passes etcdutl's
+// status and, restored by etcdutl's own restore into a real etcd, serves
+// it too. `sett snapshot save --format etcd` writes the same format.
 func TestEtcdSnapshotRoundTrip(t *testing.T) {
-	srcAddr := startEtcd(t)
-	src := newClient(t, srcAddr)
+	srcAddr := harness.StartEtcd(t, harness.Etcd{})
+	src := harness.NewClient(t, srcAddr)
 	compact := seedHistory(t, src, 7)
 	dir := t.TempDir()
 	etcdFile := filepath.Join(dir, "etcd.db")
@@ -267,8 +238,8 @@ func TestEtcdSnapshotRoundTrip(t *testing.T) {
 	if _, errOut, code := runSett(t, "snapshot", "restore", etcdFile, "--data-dir", restored); code != 0 {
 		t.Fatalf("restore an etcd snapshot: exit %d\n%s", code, errOut)
 	}
-	sett := startChild(t, restored, freePort(t))
-	sameAnswers(t, "sett restored from etcd", src, newClient(t, sett.addr), compact)
+	sett := startChild(t, restored, harness.FreeAddr(t))
+	sameAnswers(t, "sett restored from etcd", src, harness.NewClient(t, sett.addr), compact)
 
 	// And back: sett's export, restored by etcd's own code, served by etcd.
 	exported := filepath.Join(dir, "exported.db")
@@ -291,10 +262,19 @@ func TestEtcdSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("saved from etcd: %+v, want %+v", got, st)
 	}
 
-	peer := "http://" + freePort(t)
+	// etcd's backup path: etcdctl snapshot save, etcdutl status, restore.
+	fetched := filepath.Join(dir, "etcdctl.db")
+	ctl := exec.Command(etcdctlPath(t), "--endpoints="+sett.addr, "snapshot", "save", fetched)
+	if out, err := ctl.CombinedOutput(); err != nil {
+		t.Fatalf("etcdctl snapshot save from sett: %v\n%s", err, out)
+	}
+	if es, err := etcdutl.NewV3(zap.NewNop()).Status(fetched); err != nil || es.Revision != st.Revision || es.Hash != statusOf(t, fetched).Hash {
+		t.Fatalf("etcdutl status of etcdctl's snapshot of sett: %+v (%v); want revision %d, sett's %+v", es, err, st.Revision, statusOf(t, fetched))
+	}
+	peer := "http://" + harness.FreeAddr(t)
 	etcdDir := filepath.Join(dir, "etcd.data")
 	err = etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
-		SnapshotPath:        exported,
+		SnapshotPath:        fetched,
 		Name:                "default",
 		OutputDataDir:       etcdDir,
 		PeerURLs:            []string{peer},
@@ -302,16 +282,16 @@ func TestEtcdSnapshotRoundTrip(t *testing.T) {
 		InitialClusterToken: "etcd-cluster",
 	})
 	if err != nil {
-		t.Fatalf("etcdutl restore of sett's export: %v", err)
+		t.Fatalf("etcdutl restore of etcdctl's snapshot of sett: %v", err)
 	}
-	back := newClient(t, startEtcdOn(t, etcdDir, peer))
-	sameAnswers(t, "etcd restored from sett's export", src, back, compact)
+	back := harness.NewClient(t, harness.StartEtcd(t, harness.Etcd{Dir: etcdDir, PeerURL: peer}))
+	sameAnswers(t, "etcd restored from etcdctl's snapshot of sett", src, back, compact)
 }
 
 // TestEtcdSnapshotRefused: damaged and truncated etcd snapshots are
 // refused with a clear message and leave no data directory behind.
 func TestEtcdSnapshotRefused(t *testing.T) {
-	src := newClient(t, startEtcd(t))
+	src := harness.NewClient(t, harness.StartEtcd(t, harness.Etcd{}))
 	seedHistory(t, src, 3)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "etcd.db")
@@ -366,7 +346,7 @@ func TestScheduledSnapshots(t *testing.T) {
 		t.Run(tc.format, func(t *testing.T) {
 			dir := t.TempDir()
 			snaps := filepath.Join(dir, "snaps")
-			addr := freePort(t)
+			addr := harness.FreeAddr(t)
 			args := []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen-client-urls", "http://" + addr,
 				"--log-format", "json", "--snapshot-schedule-cron", "@every 1s", "--snapshot-dir", snaps,
 				"--snapshot-retention", "2", "--snapshot-format", tc.format}
@@ -374,7 +354,7 @@ func TestScheduledSnapshots(t *testing.T) {
 				args = append(args, "--snapshot-compress")
 			}
 			s := spawn(t, args...)
-			cli := newClient(t, addr)
+			cli := harness.NewClient(t, addr)
 			s.awaitReady(cli)
 			// Snapshots are taken while a writer keeps going; it stops
 			// after the third, and its last write is what the newest
@@ -427,8 +407,8 @@ func TestScheduledSnapshots(t *testing.T) {
 			if _, errOut, code := runSett(t, "snapshot", "restore", newest, "--data-dir", restored); code != 0 {
 				t.Fatalf("restore %s: exit %d\n%s", newest, code, errOut)
 			}
-			r := startChild(t, restored, freePort(t))
-			got, err := newClient(t, r.addr).Get(context.Background(), "scheduled")
+			r := startChild(t, restored, harness.FreeAddr(t))
+			got, err := harness.NewClient(t, r.addr).Get(context.Background(), "scheduled")
 			if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != tc.format || got.Header.Revision != put.Header.Revision {
 				t.Fatalf("restored from %s: %v (%v)", newest, got, err)
 			}

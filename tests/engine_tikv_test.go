@@ -1,8 +1,10 @@
 //go:build tikv
 
-package main
+package tests
 
 import "path/filepath"
+
+func init() { buildTags = "tikv" }
 
 // childEngineEnv is the environment that picks the engine of the sett
 // processes the tests start: in a test binary built with -tags tikv,

@@ -1,4 +1,4 @@
-package main
+package tests
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // TestSnapshotRestoresAuth: users, roles, permissions and the enabled
 // flag travel in a snapshot, and a restored sett enforces them.
 func TestSnapshotRestoresAuth(t *testing.T) {
-	addr := freePort(t)
+	addr := harness.FreeAddr(t)
 	s := spawn(t, "serve", "--data-dir", t.TempDir(), "--listen-client-urls", "http://"+addr,
 		"--bcrypt-cost", "4", "--log-format", "json")
-	cli := newClient(t, addr)
+	cli := harness.NewClient(t, addr)
 	s.awaitReady(cli)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -51,14 +53,14 @@ func TestSnapshotRestoresAuth(t *testing.T) {
 	if out, errOut, code := runSett(t, "snapshot", "restore", file, "--data-dir", restored); code != 0 {
 		t.Fatalf("snapshot restore: exit %d\n%s%s", code, out, errOut)
 	}
-	r := startChild(t, restored, freePort(t))
+	r := startChild(t, restored, harness.FreeAddr(t))
 	defer r.stop()
 	as := func(user, password string) *clientv3.Client { return authClient(t, r.addr, user, password) }
-	st, err := newClient(t, r.addr).AuthStatus(ctx)
+	st, err := harness.NewClient(t, r.addr).AuthStatus(ctx)
 	if err != nil || !st.Enabled {
 		t.Fatalf("restored auth status: %v %v, want enabled", st, err)
 	}
-	if _, err := newClient(t, r.addr).Get(ctx, "pub/x"); !errors.Is(err, rpctypes.ErrUserEmpty) {
+	if _, err := harness.NewClient(t, r.addr).Get(ctx, "pub/x"); !errors.Is(err, rpctypes.ErrUserEmpty) {
 		t.Errorf("restored: a request naming nobody: %v, want %v", err, rpctypes.ErrUserEmpty)
 	}
 	alice := as("alice", "alicepw")
@@ -81,7 +83,7 @@ func TestSnapshotRestoresAuth(t *testing.T) {
 // etcd and sett in etcd's snapshot format, both ways, and each side
 // enforces them.
 func TestEtcdSnapshotAuth(t *testing.T) {
-	src := newClient(t, startEtcd(t))
+	src := harness.NewClient(t, harness.StartEtcd(t, harness.Etcd{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	must := func(_ any, err error) {
@@ -112,7 +114,7 @@ func TestEtcdSnapshotAuth(t *testing.T) {
 	if _, errOut, code := runSett(t, "snapshot", "restore", etcdFile, "--data-dir", restored); code != 0 {
 		t.Fatalf("restore an etcd snapshot with auth: exit %d\n%s", code, errOut)
 	}
-	sett := startChild(t, restored, freePort(t))
+	sett := startChild(t, restored, harness.FreeAddr(t))
 	enforced(t, ctx, "sett restored from etcd", sett.addr, want)
 
 	// And back: sett's export, restored by etcd's own code, served by etcd.
@@ -120,7 +122,7 @@ func TestEtcdSnapshotAuth(t *testing.T) {
 	if _, errOut, code := runSett(t, "snapshot", "save", "--format", "etcd", "--endpoints", sett.addr, "--user", "root:rootpw", exported); code != 0 {
 		t.Fatalf("save --format etcd: exit %d\n%s", code, errOut)
 	}
-	peer := "http://" + freePort(t)
+	peer := "http://" + harness.FreeAddr(t)
 	etcdDir := filepath.Join(dir, "etcd.data")
 	err = etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
 		SnapshotPath: exported, Name: "default", OutputDataDir: etcdDir,
@@ -129,7 +131,7 @@ func TestEtcdSnapshotAuth(t *testing.T) {
 	if err != nil {
 		t.Fatalf("etcdutl restore of sett's export: %v", err)
 	}
-	enforced(t, ctx, "etcd restored from sett's export", startEtcdOn(t, etcdDir, peer), want)
+	enforced(t, ctx, "etcd restored from sett's export", harness.StartEtcd(t, harness.Etcd{Dir: etcdDir, PeerURL: peer}), want)
 }
 
 func authClient(t *testing.T, endpoint, user, password string) *clientv3.Client {
@@ -147,7 +149,7 @@ func authClient(t *testing.T, endpoint, user, password string) *clientv3.Client 
 // revision, and that alice may read pub/ and not secret.
 func enforced(t *testing.T, ctx context.Context, name, endpoint string, want *clientv3.AuthStatusResponse) {
 	t.Helper()
-	st, err := newClient(t, endpoint).AuthStatus(ctx)
+	st, err := harness.NewClient(t, endpoint).AuthStatus(ctx)
 	if err != nil || !st.Enabled || st.AuthRevision != want.AuthRevision {
 		t.Fatalf("%s: auth status %v %v, want enabled at revision %d", name, st, err, want.AuthRevision)
 	}

@@ -1,0 +1,177 @@
+package snapshot
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot/etcdsnap"
+)
+
+// RestoreOptions say how Restore fills the new data directory.
+type RestoreOptions struct {
+	Open Opener
+	// SkipHashCheck restores a file without a checksum, or whose checksum
+	// does not match, as etcdutl's --skip-hash-check does.
+	SkipHashCheck bool
+	// CheckEtcd checks an unverified etcd database before bbolt opens it
+	// (see CheckEtcdFile); nil trusts it.
+	CheckEtcd func(path string) error
+	Progress  ProgressFunc
+	Log       *slog.Logger
+}
+
+// Restore restores the snapshot at path, of either format and compressed
+// or not, into the data directory dir, which must not exist or be empty
+// (etcdutl's rule). The store is built beside dir and renamed into place
+// once whole, so a failed restore leaves no half-filled data directory.
+func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	entries, err := os.ReadDir(dir)
+	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
+		return mvcc.BackupInfo{}, fmt.Errorf("data-dir %q not empty or could not be read", dir)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	// A compressed snapshot is unpacked beside the target, where there
+	// must be room for the restore anyway.
+	plain, done, err := Decompressed(path, filepath.Dir(dir))
+	if err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	defer done()
+	snap, err := Open(plain)
+	if err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	defer snap.Close()
+	if !opts.SkipHashCheck {
+		if err := snap.Verify(); err != nil {
+			return mvcc.BackupInfo{}, err
+		}
+	}
+	log.Info("restoring snapshot", "path", path, "data_dir", dir)
+
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".restore-")
+	if err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	var info mvcc.BackupInfo
+	if snap.IsEtcd() {
+		var ei etcdsnap.Info
+		ei, err = restoreEtcd(tmp, snap, opts)
+		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+	} else {
+		pr := opts.Progress.start("restoring snapshot", "bytes", snap.DataSize())
+		info, err = restoreSett(tmp, &progressReader{r: snap.Data(), p: pr}, opts.Open)
+		pr.Finish()
+		if err != nil {
+			err = backupErr(path, err)
+		}
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return info, err
+	}
+	os.Remove(dir) // empty, if it exists
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return info, err
+	}
+	if d, err := os.Open(filepath.Dir(dir)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	log.Info("restored snapshot", "path", path, "data_dir", dir, "revision", info.Revision,
+		"compact_revision", info.CompactRevision, "total_keys", info.Entries)
+	return info, nil
+}
+
+// restoreSett restores the sett backup r into a new store in dir.
+func restoreSett(dir string, r io.Reader, open Opener) (mvcc.BackupInfo, error) {
+	eng, closeEng, err := open(dir)
+	if err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	info, err := mvcc.Restore(eng, r)
+	if cerr := closeEng(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return info, err
+}
+
+// restoreEtcd restores the etcd snapshot snap into a new store in dir.
+// bbolt reads a database from a file of its own, so the database part of
+// the snapshot is copied beside dir first.
+func restoreEtcd(dir string, snap *File, opts RestoreOptions) (etcdsnap.Info, error) {
+	boltFile, err := os.CreateTemp(filepath.Dir(dir), filepath.Base(dir)+".etcd-")
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	defer os.Remove(boltFile.Name())
+	_, err = io.Copy(boltFile, snap.Data())
+	if cerr := boltFile.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	if opts.SkipHashCheck && opts.CheckEtcd != nil {
+		if err := opts.CheckEtcd(boltFile.Name()); err != nil {
+			return etcdsnap.Info{}, err
+		}
+	}
+	eng, closeEng, err := opts.Open(dir)
+	if err != nil {
+		return etcdsnap.Info{}, err
+	}
+	pr := opts.Progress.start("restoring etcd snapshot", "revisions", -1)
+	info, err := etcdsnap.Restore(boltFile.Name(), eng, pr.Set)
+	pr.Finish()
+	if cerr := closeEng(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return info, err
+}
+
+// CheckEtcdFile checks the bbolt database at path by running exe with
+// args and path in a child process, which must open it (etcdsnap.Status)
+// and fail if it cannot: bbolt can panic on a damaged file in a goroutine
+// of its own, where no recover reaches, so a file damaged that way is
+// refused with a message instead of a crash.
+func CheckEtcdFile(exe string, args []string, path string) error {
+	var out bytes.Buffer
+	cmd := exec.Command(exe, append(args, path)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		for _, line := range strings.Split(msg, "\n") {
+			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "sett: ") {
+				msg = strings.TrimPrefix(strings.TrimPrefix(line, "panic: "), "sett: ")
+				break
+			}
+		}
+		if errors.Is(err, exec.ErrNotFound) || msg == "" {
+			msg = err.Error()
+		}
+		if !strings.Contains(msg, etcdsnap.ErrBadSnapshot.Error()) {
+			msg = etcdsnap.ErrBadSnapshot.Error() + ": " + msg
+		}
+		return errors.New(msg)
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/internal/harness"
+)
+
+// The tests here run the sett binary as users do: as a child process on
+// a data directory and a loopback port, driven by etcd's client and
+// etcdctl. $SETT_BIN names the binary (make test builds it once, with
+// -race); without it, TestMain builds one, with the race detector and
+// build tags this test binary has.
+
+// settBin is the sett binary under test.
+var settBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	bin, cleanup, err := buildSett()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tests:", err)
+		os.Exit(1)
+	}
+	settBin = bin
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// buildSett returns $SETT_BIN, or builds sett from this module into a
+// temporary directory.
+func buildSett() (bin string, cleanup func(), err error) {
+	if bin := os.Getenv("SETT_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", nil, fmt.Errorf("SETT_BIN: %w", err)
+		}
+		return bin, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "sett-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "sett")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if buildTags != "" {
+		args = append(args, "-tags", buildTags)
+	}
+	cmd := exec.Command(goBinary(), append(args, "..")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("build sett: %v\n%s", err, out)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// goBinary is the go command: on the PATH, or the one this test was
+// built with.
+func goBinary() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// child is sett running as a separate process: `sett serve` on a data
+// directory and a loopback port.
+type child struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	addr   string // host:port of the client URL
+	logf   string // the child's stderr
+	exited chan struct{}
+	err    error // the exit status, once exited is closed
+}
+
+// startChild runs sett on dir and addr, waits until it answers a read,
+// and stops it at the end of the test if it is still running.
+func startChild(t testing.TB, dir, addr string) *child {
+	t.Helper()
+	c := spawn(t, "serve",
+		"--data-dir", dir,
+		"--listen-client-urls", "http://"+addr,
+		"--name", "default",
+		"--log-format", "json")
+	c.addr = addr
+	cli := harness.NewClient(t, addr)
+	defer cli.Close()
+	c.awaitReady(cli)
+	return c
+}
+
+// spawn runs the sett command line with args as a child process, killed
+// at the end of the test if it is still running.
+func spawn(t testing.TB, args ...string) *child {
+	t.Helper()
+	logf, err := os.CreateTemp(t.TempDir(), "sett-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(settBin, args...)
+	cmd.Env = append(os.Environ(), childEngineEnv(args)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{t: t, cmd: cmd, logf: logf.Name(), exited: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		c.cmd.Process.Kill()
+		<-c.exited
+	})
+	return c
+}
+
+// awaitReady waits until sett answers a read through cli.
+func (c *child) awaitReady(cli *clientv3.Client) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "readiness-probe")
+		cancel()
+		// Refusing a request that names no user, with auth on, is
+		// serving too.
+		if err == nil || errors.Is(err, rpctypes.ErrUserEmpty) {
+			return
+		}
+		select {
+		case <-c.exited:
+			c.t.Fatalf("sett exited before serving (%v):\n%s", c.err, c.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("sett did not answer within 30s: %v\n%s", err, c.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends sett at once, as a crash or a power cut would.
+func (c *child) kill() {
+	c.t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		c.t.Fatal(err)
+	}
+	<-c.exited
+	c.checkLog()
+}
+
+// stop asks sett to stop and requires a clean exit.
+func (c *child) stop() {
+	c.t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		c.t.Fatal(err)
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("sett did not stop within 30s of SIGTERM\n%s", c.logTail())
+	}
+	if c.err != nil {
+		c.t.Errorf("sett exited with %v\n%s", c.err, c.logTail())
+	}
+	c.checkLog()
+}
+
+// checkLog fails the test if the race detector (the test binary, and so
+// the child, is built with -race) or the runtime complained in the child.
+func (c *child) checkLog() {
+	c.t.Helper()
+	b, _ := os.ReadFile(c.logf)
+	for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+		if bytes.Contains(b, []byte(bad)) {
+			c.t.Errorf("sett's log has %q:\n%s", bad, b)
+		}
+	}
+}
+
+// count returns how often s occurs in the whole log.
+func (c *child) count(s string) int {
+	b, _ := os.ReadFile(c.logf)
+	return bytes.Count(b, []byte(s))
+}
+
+func (c *child) logTail() string {
+	b, _ := os.ReadFile(c.logf)
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
