@@ -23,6 +23,7 @@ import (
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/internal/lincheck"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
@@ -369,7 +370,7 @@ func newNemesis(t *testing.T, seed uint64) *nemesis {
 	shared := openShared(t)
 	n := &nemesis{t: t, seed: seed, faults: make(map[string]int), r: rand.New(rand.NewPCG(seed, 0)), history: lincheck.NewHistory()}
 	for _, name := range []string{"a", "b", "c"} {
-		m := &nemesisMember{t: t, name: name, id: server.MemberID(name), addr: freeAddr(t), eng: &chaosEngine{Engine: shared}}
+		m := &nemesisMember{t: t, name: name, id: server.MemberID(name), addr: harness.FreeAddr(t), eng: &chaosEngine{Engine: shared}}
 		m.start()
 		n.members = append(n.members, m)
 	}
