@@ -522,9 +522,9 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 		}
 	}
 	var anomalies []error
-	leader := n.awaitLeader(20 * time.Second)
+	leader := n.awaitLeader(time.Minute)
 	if leader == nil {
-		anomalies = append(anomalies, errors.New("no leader within 20s after the faults stopped"))
+		anomalies = append(anomalies, errors.New("no leader within a minute after the faults stopped"))
 		close(stop)
 		close(stopWatch)
 		wg.Wait()
@@ -560,7 +560,7 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 		t.Fatalf("reading the log: %v", err)
 	}
 	for _, s := range streams {
-		for deadline := time.Now().Add(30 * time.Second); s.Next() <= head && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(time.Minute); s.Next() <= head && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
