@@ -129,7 +129,14 @@ func (h *History) DriveMix(ctx context.Context, cli *clientv3.Client, c int, mix
 		case err != nil:
 			out.unknown = true
 		}
-		h.record(entry{client: c, in: in, out: out, call: call, ret: ret})
+		e := entry{client: c, in: in, out: out, call: call, ret: ret}
+		if out.failed {
+			e.err = rpctypes.ErrLeaseNotFound.Error()
+			if err != nil {
+				e.err = err.Error()
+			}
+		}
+		h.record(e)
 	}
 }
 

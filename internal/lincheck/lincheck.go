@@ -129,6 +129,7 @@ type entry struct {
 	// by, for a request of unknown outcome that the log settled in part
 	// (see settle): the time by which it took effect if it did.
 	by int64
+	err string // what a refused request was answered
 }
 
 // History is the operations of several clients, in real time.

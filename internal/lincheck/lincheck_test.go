@@ -64,6 +64,10 @@ func TestVerify(t *testing.T) {
 			h.ops = append(h.ops, entry{client: 3, in: linInput{op: "put", key: "lin/1", to: "c"}, out: linOutput{rev: 4}, call: 100 * ms, ret: 110 * ms})
 			return append(e, put("lin/1", "x", 4)), 4
 		}, "does not hold"},
+		{"refused write landed", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.ops = append(h.ops, entry{client: 3, in: linInput{op: "put", key: "lin/1", to: "c"}, out: linOutput{failed: true}, call: 100 * ms, ret: 110 * ms, err: "etcdserver: no leader"})
+			return append(e, put("lin/1", "c", 4)), 4
+		}, "was refused"},
 		{"revision twice", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
 			e = append(e, put("lin/1", "c", 3))
 			h.ops = append(h.ops, entry{client: 3, in: linInput{op: "put", key: "lin/1", to: "c"}, out: linOutput{rev: 3}, call: 100 * ms, ret: 110 * ms})

@@ -181,6 +181,11 @@ func (h *History) Verify(l *Log, file string) (summary string, anomalies []error
 	byRev := map[int64]entry{}
 	lastRev := map[int]int64{}
 	for _, e := range h.ops {
+		// A refusal says the request did not apply: a refused write
+		// whose value is in the log was answered wrong.
+		if ev, ok := l.byValue[e.in.to]; ok && e.out.failed && e.in.to != "" {
+			bad("client %d: %s %s=%s was refused (%s) but is in the log at revision %d", e.client, e.in.op, e.in.key, e.in.to, e.err, ev.Kv.ModRevision)
+		}
 		if e.out.unknown || e.out.failed {
 			continue
 		}
