@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -93,7 +93,7 @@ func TestNemesis(t *testing.T) {
 // anomalyKind sorts an anomaly Verify reports by what it is about.
 func anomalyKind(err error) string {
 	msg := err.Error()
-	for _, k := range []string{"answered \"gone\"", "was deleted at revision", "mutex", "watch", "acknowledged", "not linearizable", "log:", "read"} {
+	for _, k := range []string{"answered \"gone\"", "was deleted at revision", "was refused", "mutex", "watch", "acknowledged", "not linearizable", "log:", "read"} {
 		if strings.Contains(msg, k) {
 			return k
 		}
@@ -346,18 +346,18 @@ func (m *nemesisMember) leads() bool {
 var faultKinds = []string{"crash", "stall", "unknown", "move", "restart", "unknown+stall", "deposed-unknown", "bulk-unknown"}
 
 type nemesis struct {
-	kinds   []string
-	mu      sync.Mutex
-	faults  map[string]int // injected, by kind
+	kinds  []string
+	mu     sync.Mutex
+	faults map[string]int // injected, by kind
 	// handoffs is how long each clean restart of the leader left the
 	// cluster without one.
 	handoffs []time.Duration
-	t       *testing.T
-	seed    uint64
-	r       *rand.Rand
-	members []*nemesisMember
-	history *lincheck.History
-	clients []*clientv3.Client // every client, to close at the end
+	t        *testing.T
+	seed     uint64
+	r        *rand.Rand
+	members  []*nemesisMember
+	history  *lincheck.History
+	clients  []*clientv3.Client // every client, to close at the end
 }
 
 type nemesisReport struct {
@@ -804,4 +804,3 @@ func readLog(ctx context.Context, cli *clientv3.Client, head int64) ([]*mvccpb.E
 	}
 	return nil, fmt.Errorf("watch ended before revision %d: %w", head, wctx.Err())
 }
-

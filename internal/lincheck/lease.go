@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -128,7 +128,7 @@ type entry struct {
 	call, ret int64 // ret: when the answer, or the error, came
 	// by, for a request of unknown outcome that the log settled in part
 	// (see settle): the time by which it took effect if it did.
-	by int64
+	by  int64
 	err string // what a refused request was answered
 }
 
