@@ -221,6 +221,13 @@ func runServe(c *cli.Context) error {
 		}
 		election = cluster.New(db, cluster.Options{ID: memberID, Name: c.String("name"), ClientURLs: urls,
 			Lease: c.Duration("election-lease"), Logger: log}, store, lessor)
+		// A member whose ID another live member has (both left on the
+		// default --name, say) must not start.
+		if err := election.Join(ctx); err != nil {
+			store.Close()
+			st.close()
+			return err
+		}
 	}
 	collectors := st.collectors
 	var scheduler *snapshot.Scheduler
@@ -284,16 +291,10 @@ func runServe(c *cli.Context) error {
 		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev(), "engine", c.String("engine"))
 		err = srv.Serve(ctx)
 		stop()
+		// On a clean stop (SIGTERM, SIGINT) the election's Run resigns
+		// before it steps down: another member takes over at once
+		// rather than once the lease runs out.
 		<-elected
-		if election != nil {
-			// Hand the lease back at once rather than make the others
-			// wait for it to run out.
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if rerr := election.Resign(rctx); rerr != nil {
-				log.Warn("resigning from the election", "error", rerr)
-			}
-			cancel()
-		}
 	}
 	stop()
 	waitSnapshots() // a snapshot being written needs the store

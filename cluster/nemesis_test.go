@@ -286,7 +286,14 @@ func (m *nemesisMember) start() {
 	sctx, in.stopSrv = context.WithCancel(context.Background())
 	ectx, in.stopEl = context.WithCancel(context.Background())
 	go func() { in.served <- srv.Serve(sctx) }()
-	go func() { el.Run(ectx); close(in.ran) }()
+	jctx, jcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := el.Join(jctx); err != nil {
+		m.t.Fatal(err)
+	}
+	jcancel()
+	// Not Run: a crash ends the member without resigning; shutdown
+	// resigns itself, as Run does.
+	go func() { el.run(ectx, false); close(in.ran) }()
 	m.mu.Lock()
 	m.cur = in
 	m.mu.Unlock()
@@ -320,11 +327,12 @@ func (m *nemesisMember) shutdown() {
 	}
 	in.stopSrv()
 	<-in.served
+	ctx, cancel := context.WithTimeout(context.Background(), nemesisLease)
+	in.el.Resign(ctx)
+	in.el.leave(ctx)
+	cancel()
 	in.stopEl()
 	<-in.ran
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	in.el.Resign(ctx)
-	cancel()
 	in.store.Close()
 }
 

@@ -139,10 +139,11 @@ func newStoreHasher() *storeHasher {
 // add hashes one entry. Of the state record only the revision counts:
 // the applied index beside it also counts requests that change nothing
 // (health checks, alarms), which differ between stores with the same
-// data, as etcd's Hash leaves out its consistent index.
+// data, as etcd's Hash leaves out its consistent index; the epoch a
+// clustered store adds says only which leader wrote it.
 func (h *storeHasher) add(k, v []byte) {
 	h.entries++
-	if bytes.Equal(k, metaState) && len(v) == 16 {
+	if bytes.Equal(k, metaState) && (len(v) == 16 || len(v) == 24) {
 		h.rev = int64(binary.BigEndian.Uint64(v))
 		v = v[:8]
 	}

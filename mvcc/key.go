@@ -160,7 +160,7 @@ func splitLogKey(k []byte) (rev int64, sub int, err error) {
 }
 
 var (
-	metaState   = []byte("mstate")   // current revision and applied index
+	metaState   = []byte("mstate")   // revision, applied index, writer's epoch
 	metaCompact = []byte("mcompact") // compact revision requested
 	metaCleaned = []byte("mcleaned") // compact revision fully cleaned up
 	metaMember  = []byte("mmember")  // cluster and member ids, raft term
