@@ -57,6 +57,9 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 
 func (k *kvServer) rangeStream(ctx context.Context, r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
 	req := proto.Clone(r).(*pb.RangeRequest)
+	if req.SortTarget != pb.RangeRequest_KEY && req.SortOrder == pb.RangeRequest_NONE && !req.CountOnly {
+		return k.sortedStream(ctx, req, stream)
+	}
 	if req.CountOnly || len(req.RangeEnd) == 0 {
 		resp, err := k.s.store.Range(ctx, req)
 		if err != nil {
@@ -81,6 +84,32 @@ func (k *kvServer) rangeStream(ctx context.Context, r *pb.RangeRequest, stream p
 	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
 }
 
+// sortedStream answers a range whose sort target is not the key and
+// whose order is NONE: as in Range, etcd sorts such a range ascending by
+// its target, so the whole range is read and sorted, then sent in chunks.
+func (k *kvServer) sortedStream(ctx context.Context, r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+	resp, err := k.s.store.Range(ctx, r)
+	if err != nil {
+		return toGRPC(err)
+	}
+	k.s.fill(resp.Header)
+	kvs, chunk, size := resp.Kvs, 0, 0
+	for i, kv := range kvs {
+		if size += proto.Size(kv); size < k.s.cfg.MaxRequestBytes/4 && i < len(kvs)-1 {
+			continue
+		}
+		if i == len(kvs)-1 {
+			break
+		}
+		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Kvs: kvs[chunk : i+1]}}); err != nil {
+			return err
+		}
+		chunk, size = i+1, 0
+	}
+	resp.Kvs = kvs[chunk:]
+	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+}
+
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	if err := checkPut(r); err != nil {
 		return nil, err
@@ -92,7 +121,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.PutResponse, error) { return pb.NewKVClient(conn).Put(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.PutResponse, error) { return pb.NewKVClient(conn).Put(fctx, r) })
 	}
 	resp, err := k.s.store.Put(ctx, r)
 	if err != nil {
@@ -113,7 +142,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.DeleteRangeResponse, error) { return pb.NewKVClient(conn).DeleteRange(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.DeleteRangeResponse, error) { return pb.NewKVClient(conn).DeleteRange(fctx, r) })
 	}
 	resp, err := k.s.store.DeleteRange(ctx, r)
 	if err != nil {
@@ -154,7 +183,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
 	}
 	resp, err := k.s.store.Txn(ctx, r)
 	if err != nil {
@@ -170,7 +199,7 @@ func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.CompactionResponse, error) { return pb.NewKVClient(conn).Compact(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.CompactionResponse, error) { return pb.NewKVClient(conn).Compact(fctx, r) })
 	}
 	resp, err := k.s.store.Compact(ctx, r)
 	if err != nil {
@@ -193,21 +222,3 @@ func txnReadOnly(r *pb.TxnRequest) bool {
 
 // header is a response with etcd's header.
 type header interface{ GetHeader() *pb.ResponseHeader }
-
-// forwarded makes a call to the leader unless toLeader failed with err,
-// and answers with the leader's response under this member's header, as
-// an etcd follower answers for a write it proposed.
-func forwarded[R header](s *Server, err error, call func() (R, error)) (R, error) {
-	var zero R
-	if err != nil {
-		return zero, err
-	}
-	resp, err := call()
-	if err != nil {
-		return zero, s.fwd.failed(err)
-	}
-	if h := resp.GetHeader(); h != nil {
-		s.fill(h)
-	}
-	return resp, nil
-}
