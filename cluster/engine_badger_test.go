@@ -46,5 +46,5 @@ const failoverBound = 5 * time.Second
 const (
 	nemesisTime  = time.Minute
 	nemesisLease = failoverLease
-	nemesisBulk  = 5000
+	nemesisBulk  = largeKeys
 )

@@ -565,7 +565,9 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 	}
 	events, err := readLog(ctx, admin[n.members[0]], head)
 	if err != nil {
-		t.Fatalf("reading the log: %v", err)
+		close(stopWatch)
+		watchers.Wait()
+		return nemesisReport{faults: faults, anomalies: append(anomalies, fmt.Errorf("reading the log: %w", err))}
 	}
 	for _, s := range streams {
 		for deadline := time.Now().Add(time.Minute); s.Next() <= head && time.Now().Before(deadline); {
@@ -793,7 +795,9 @@ func watchAcross(ctx context.Context, clis []*clientv3.Client, w int, r *rand.Ra
 
 // readLog reads every event from revision 1 to head with a watch.
 func readLog(ctx context.Context, cli *clientv3.Client, head int64) ([]*mvccpb.Event, error) {
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	// Long runs under the race detector have hundreds of thousands of
+	// events to read.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	var events []*mvccpb.Event
 	for resp := range cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(1)) {
