@@ -34,7 +34,7 @@ func (s *Server) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"etcdserver":%q,"etcdcluster":%q,"storage":%q}`, Version, clusterVersion, storageVersion)
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(s.metrics.registry, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if s.cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
