@@ -39,3 +39,12 @@ const skipLarge = ""
 
 // failoverBound is how soon TestFailover wants a new leader agreed on.
 const failoverBound = 5 * time.Second
+
+// nemesisTime is how long TestNemesis injects faults by default,
+// nemesisLease its members' election lease, nemesisBulk how many keys
+// its large requests write and delete (0: none).
+const (
+	nemesisTime  = time.Minute
+	nemesisLease = failoverLease
+	nemesisBulk  = largeKeys
+)

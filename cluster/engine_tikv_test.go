@@ -51,3 +51,16 @@ const skipLarge = "the mock cluster under -race loses the large transactions' lo
 // milliseconds rather than microseconds: a bound for a slow machine, not
 // a figure for a real cluster (see docs/CLUSTERING.md).
 const failoverBound = 10 * time.Second
+
+// nemesisTime is how long TestNemesis injects faults by default,
+// nemesisLease its members' election lease, nemesisBulk how many keys
+// its large requests write and delete. On the mock cluster under the
+// race detector every commit takes tens of milliseconds, so the run is
+// shorter, the lease longer (with 250ms, members lost it on their own
+// most of the time on a loaded machine), and large requests are left to
+// the Badger run, as TestDeposedMidLargeRequest is.
+const (
+	nemesisTime  = 30 * time.Second
+	nemesisLease = time.Second
+	nemesisBulk  = 0
+)

@@ -1,44 +1,61 @@
 // Package lincheck records what clients ask of an etcd-compatible server
-// and what they are answered, and checks that the history is
-// linearizable with porcupine, the checker etcd's robustness tests use.
-// The model is a register per key with the lease it is attached to.
+// and what they are answered, and checks the history: with porcupine,
+// the checker etcd's robustness tests use, that it is linearizable (a
+// register per key with the lease it is attached to), and, given the
+// server's own log of every revision (Log), that it holds every
+// acknowledged write at its revision, that no revision served two
+// requests, that every read saw the state at its revision, that watchers
+// saw the log exactly once and in order, that no lease ran out while its
+// keep-alives were answered, and that no two clients held a mutex at
+// once.
+//
+// The clients may talk to one server or to several members of a
+// cluster, each client to one member: see Drive, DriveLeases and
+// DriveMutex.
 package lincheck
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A register per key, with the lease it is attached to: puts (with or
 // without a lease), deletes, linearizable gets, compare-and-swaps (a txn
-// on the key's value) and lease revokes. Each lease is attached to one
-// key only, so a revoke belongs to that key's history.
+// on the key's value, whose else branch reads the key) and lease
+// revokes. Each lease is attached to one key only, so a revoke belongs
+// to that key's history. Serializable gets ("sget") may be stale, so
+// porcupine does not see them; Verify checks them against the log.
 type linInput struct {
-	op       string // put, delete, get, cas, revoke
+	op       string // put, delete, get, sget, cas, revoke; bulk, bulkdel (not modelled)
 	key      string
 	from, to string // cas: from; put and cas: to
 	lease    int64  // put: the lease to attach; revoke: the lease
+	n        int    // bulk: how many keys the txn puts
 }
 
 type linOutput struct {
 	unknown   bool   // the request failed: it may or may not have applied
 	failed    bool   // the request was refused: it did not apply
-	value     string // get
-	lease     int64  // get
+	value     string // get, sget, and a failed cas (its else branch)
+	lease     int64  // likewise
 	succeeded bool   // cas
+	// Known only from an answer: the header's revision, the key's mod
+	// revision (reads), how many keys a delete deleted.
+	rev, modRev, deleted int64
 }
 
 type linState struct {
 	value string // "" when the key does not exist
 	lease int64
+}
+
+// modelled reports whether porcupine checks op: the register keys of
+// Drive, and not the stale reads.
+func modelled(in linInput) bool {
+	return in.op != "sget" && len(in.key) > 4 && in.key[:4] == "lin/"
 }
 
 var model = porcupine.NondeterministicModel{
@@ -87,7 +104,7 @@ var model = porcupine.NondeterministicModel{
 				return []any{s}
 			case out.succeeded && match:
 				return []any{linState{in.to, 0}}
-			case !out.succeeded && !match:
+			case !out.succeeded && !match && out.value == s.value && out.lease == s.lease:
 				return []any{s}
 			}
 			return nil
@@ -102,11 +119,29 @@ var model = porcupine.NondeterministicModel{
 	},
 }
 
+// entry is one request and its answer. Times are nanoseconds since the
+// history began, on the monotonic clock.
+type entry struct {
+	client    int
+	in        linInput
+	out       linOutput
+	call, ret int64 // ret: when the answer, or the error, came
+	// by, for a request of unknown outcome that the log settled in part
+	// (see settle): the time by which it took effect if it did.
+	by  int64
+	err string // what a refused request was answered
+}
+
 // History is the operations of several clients, in real time.
 type History struct {
 	start time.Time
 	mu    sync.Mutex
-	ops   []porcupine.Operation
+	ops   []entry
+	// What the lease, mutex and watch clients saw; see lease.go,
+	// mutex.go and log.go.
+	leases  []*Lease
+	holds   []hold
+	streams []*Stream
 }
 
 // NewHistory starts an empty history; its clock starts now.
@@ -114,136 +149,78 @@ func NewHistory() *History { return &History{start: time.Now()} }
 
 func (h *History) now() int64 { return int64(time.Since(h.start)) }
 
-func (h *History) record(client int, in linInput, call int64, out linOutput, ret int64) {
+func (h *History) record(e entry) {
 	h.mu.Lock()
-	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	h.ops = append(h.ops, e)
 	h.mu.Unlock()
 }
 
-// Drive sends random requests as client c over cli until stop is closed
-// or ctx ends: puts (with and without a lease), deletes, gets and
-// compare-and-swaps of keys lin/0 to lin/2, and revokes of its lease,
-// which it attaches to one key only, so a revoke is in that key's
-// history. A failed write is recorded as possibly applied at any time
-// from its call on; a failed read is left out.
-func (h *History) Drive(ctx context.Context, cli *clientv3.Client, c int, stop <-chan struct{}) {
-	r := rand.New(rand.NewPCG(uint64(c), 1))
-	last := map[string]string{}
-	// This client's lease and the one key it attaches it to.
-	var lease int64
-	var leaseKey string
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		default:
-		}
-		in := linInput{key: fmt.Sprintf("lin/%d", r.IntN(3)), to: fmt.Sprintf("c%d-%d", c, n)}
-		octx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if lease == 0 && r.IntN(20) == 0 {
-			if g, err := cli.Grant(octx, 60); err == nil {
-				lease, leaseKey = int64(g.ID), in.key
-			}
-		}
-		call := h.now()
-		var out linOutput
-		var err error
-		switch p := r.IntN(20); {
-		case p < 7:
-			in.op = "get"
-			var resp *clientv3.GetResponse
-			if resp, err = cli.Get(octx, in.key); err == nil && len(resp.Kvs) == 1 {
-				out.value, out.lease = string(resp.Kvs[0].Value), resp.Kvs[0].Lease
-				last[in.key] = out.value
-			}
-		case p < 12:
-			in.op = "put"
-			if lease != 0 && r.IntN(2) == 0 {
-				in.key, in.lease = leaseKey, lease
-			}
-			_, err = cli.Put(octx, in.key, in.to, clientv3.WithLease(clientv3.LeaseID(in.lease)))
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				err, out.failed = nil, true
-			}
-		case p < 14:
-			in.op = "delete"
-			_, err = cli.Delete(octx, in.key)
-		case p < 15 && lease != 0:
-			in.op, in.key, in.lease = "revoke", leaseKey, lease
-			_, err = cli.Revoke(octx, clientv3.LeaseID(lease))
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				err, out.failed = nil, true
-			}
-			lease = 0
-		default:
-			in.op, in.from = "cas", last[in.key]
-			var resp *clientv3.TxnResponse
-			resp, err = cli.Txn(octx).If(clientv3.Compare(clientv3.Value(in.key), "=", in.from)).
-				Then(clientv3.OpPut(in.key, in.to)).Commit()
-			if err == nil {
-				out.succeeded = resp.Succeeded
-			}
-		}
-		cancel()
-		ret := h.now()
-		switch {
-		case err != nil && in.op == "get":
-			continue // a failed read changed nothing
-		case err != nil:
-			// It may take effect at any time from its call on.
-			out.unknown, ret = true, 1<<62
-		}
-		h.record(c, in, call, out, ret)
-	}
-}
+// never is the return time of a request of unknown outcome: it may take
+// effect at any time from its call on.
+const never = 1 << 62
 
-// Run drives each client as Drive does, each from a goroutine of its
-// own, until the returned stop is called; stop returns once they all
-// have.
-func (h *History) Run(ctx context.Context, clients []*clientv3.Client) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for c, cli := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			h.Drive(ctx, cli, c, done)
-		}()
+// operations returns the modelled entries as porcupine operations.
+func operations(es []entry) []porcupine.Operation {
+	var ops []porcupine.Operation
+	for _, e := range es {
+		if !modelled(e.in) {
+			continue
+		}
+		ret := e.ret
+		if e.out.unknown {
+			ret = never
+			if e.by > 0 {
+				ret = e.by
+			}
+		}
+		ops = append(ops, porcupine.Operation{ClientId: e.client, Input: e.in, Call: e.call, Output: e.out, Return: ret})
 	}
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return ops
 }
 
 // Check reports whether the history is linearizable. If it is not, it
 // writes porcupine's visualization to file and says so in the error.
-// The summary counts the operations.
+// The summary counts the operations. Verify checks more, given the log.
 func (h *History) Check(file string) (summary string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	acked, unknown := 0, 0
-	kinds := map[string]int{}
-	for _, op := range h.ops {
-		in, out := op.Input.(linInput), op.Output.(linOutput)
-		kinds[in.op]++
-		switch {
-		case out.unknown:
-			unknown++
-		case in.op != "get" && !out.failed:
+	summary = summarize(h.ops)
+	if acked := countAcked(h.ops); acked < 100 {
+		return summary, fmt.Errorf("only %d writes acknowledged: too few to tell anything", acked)
+	}
+	return summary, linearizable(h.ops, file)
+}
+
+func linearizable(es []entry, file string) error {
+	res, info := porcupine.CheckOperationsVerbose(model.ToModel(), operations(es), 2*time.Minute)
+	switch res {
+	case porcupine.Ok:
+		return nil
+	case porcupine.Unknown:
+		return fmt.Errorf("porcupine could not decide within its time limit")
+	}
+	porcupine.VisualizePath(model.ToModel(), info, file)
+	return fmt.Errorf("the history is not linearizable (visualized in %s)", file)
+}
+
+func countAcked(es []entry) int {
+	acked := 0
+	for _, e := range es {
+		if modelled(e.in) && e.in.op != "get" && !e.out.unknown && !e.out.failed {
 			acked++
 		}
 	}
-	summary = fmt.Sprintf("%d operations %v, %d writes acknowledged, %d of unknown outcome", len(h.ops), kinds, acked, unknown)
-	if acked < 100 {
-		return summary, fmt.Errorf("only %d writes acknowledged: too few to tell anything", acked)
+	return acked
+}
+
+func summarize(es []entry) string {
+	unknown := 0
+	kinds := map[string]int{}
+	for _, e := range es {
+		kinds[e.in.op]++
+		if e.out.unknown {
+			unknown++
+		}
 	}
-	res, info := porcupine.CheckOperationsVerbose(model.ToModel(), h.ops, time.Minute)
-	if res != porcupine.Ok {
-		porcupine.VisualizePath(model.ToModel(), info, file)
-		return summary, fmt.Errorf("the history is %s (visualized in %s)", res, file)
-	}
-	return summary, nil
+	return fmt.Sprintf("%d operations %v, %d writes acknowledged, %d of unknown outcome", len(es), kinds, countAcked(es), unknown)
 }

@@ -1,0 +1,185 @@
+package lincheck
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// These build histories by hand, each with one anomaly, and check that
+// Verify names it, and that the history without it passes.
+
+func put(key, value string, rev int64) *mvccpb.Event {
+	return &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), ModRevision: rev}}
+}
+
+func del(key string, rev int64) *mvccpb.Event {
+	return &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+}
+
+const ms = int64(time.Millisecond)
+
+// base is a clean history: two puts of lin/0, reads of each, a watcher
+// that saw both.
+func base() (*History, []*mvccpb.Event) {
+	h := NewHistory()
+	h.start = h.start.Add(-10 * time.Second) // now is after every time set here
+	h.ops = []entry{
+		{client: 0, in: linInput{op: "put", key: "lin/0", to: "a"}, out: linOutput{rev: 2}, call: 0, ret: 10 * ms},
+		{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 2, value: "a", modRev: 2}, call: 20 * ms, ret: 30 * ms},
+		{client: 0, in: linInput{op: "put", key: "lin/0", to: "b"}, out: linOutput{rev: 3}, call: 40 * ms, ret: 50 * ms},
+		{client: 2, in: linInput{op: "sget", key: "lin/0"}, out: linOutput{rev: 2, value: "a", modRev: 2}, call: 60 * ms, ret: 70 * ms},
+		{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 3, value: "b", modRev: 3}, call: 80 * ms, ret: 90 * ms},
+	}
+	events := []*mvccpb.Event{put("lin/0", "a", 2), put("lin/0", "b", 3)}
+	h.NewStream("w", 1)
+	return h, events
+}
+
+func verify(t *testing.T, h *History, events []*mvccpb.Event, head int64) []error {
+	t.Helper()
+	if s := h.streams[0]; len(s.events) == 0 {
+		s.Deliver(events) // the watcher saw it all, unless the test says otherwise
+	}
+	l, err := h.NewLog(events, head)
+	if err != nil {
+		return []error{err}
+	}
+	_, found := h.Verify(l, filepath.Join(t.TempDir(), "h.html"))
+	return found
+}
+
+func TestVerify(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(h *History, events []*mvccpb.Event) ([]*mvccpb.Event, int64)
+		want  string // in the one anomaly expected; "" for none
+	}{
+		{"clean", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) { return e, 3 }, ""},
+		{"lost write", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.ops = append(h.ops, entry{client: 3, in: linInput{op: "put", key: "lin/1", to: "c"}, out: linOutput{rev: 4}, call: 100 * ms, ret: 110 * ms})
+			return append(e, put("lin/1", "x", 4)), 4
+		}, "does not hold"},
+		{"refused write landed", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.ops = append(h.ops, entry{client: 3, in: linInput{op: "put", key: "lin/1", to: "c"}, out: linOutput{failed: true}, call: 100 * ms, ret: 110 * ms, err: "etcdserver: no leader"})
+			return append(e, put("lin/1", "c", 4)), 4
+		}, "was refused"},
+		{"revision twice", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			e = append(e, put("lin/1", "c", 3))
+			h.ops = append(h.ops, entry{client: 3, in: linInput{op: "put", key: "lin/1", to: "c"}, out: linOutput{rev: 3}, call: 100 * ms, ret: 110 * ms})
+			return e, 3
+		}, "acknowledged twice"},
+		{"gap", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			return append(e, put("lin/1", "c", 5)), 5
+		}, "each revision"},
+		{"invented read", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.ops[3].out.value = "z"
+			return e, 3
+		}, "the log has"},
+		{"revision back", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.ops = append(h.ops, entry{client: 1, in: linInput{op: "sget", key: "lin/0"}, out: linOutput{rev: 2, value: "a", modRev: 2}, call: 95 * ms, ret: 99 * ms})
+			return e, 3
+		}, "after 3"},
+		{"stale linearizable read", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.ops[4].out = linOutput{rev: 2, value: "a", modRev: 2}
+			return e, 3
+		}, "not linearizable"},
+		{"watch repeats", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.streams[0].Deliver(e)
+			h.streams[0].Deliver(e[1:])
+			return e, 3
+		}, "past the log's end"},
+		{"watch skips", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.streams[0].Deliver(e[1:])
+			return e, 3
+		}, "watch w: event 0"},
+		{"lease key deleted early", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			le := &Lease{h: h, ID: 7, TTL: 2, Key: "lease/0", granted: 0}
+			le.renewals = []renewal{{sent: 1000 * ms, answered: 1010 * ms, ttl: 2, member: 1, term: 1}}
+			h.leases = append(h.leases, le)
+			lp := put("lease/0", "l", 4)
+			lp.Kv.Lease = 7
+			e = append(e, lp, del("lease/0", 5))
+			h.streams[0].Deliver(e)
+			h.streams[0].at[3] = 2500 * ms // seen deleted before 1s + 2s
+			return e, 5
+		}, "was deleted at revision 5"},
+		{"lease key deleted after its TTL, or revoked", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			h.streams[0].Deliver(e)
+			// lease/0 is revoked, and deleted before its TTL has run;
+			// lease/1 is deleted after 1s + 2s.
+			for i, seen := range [][2]int64{{500 * ms, 1500 * ms}, {3050 * ms, 3100 * ms}} {
+				le := &Lease{h: h, ID: int64(7 + i), TTL: 2, Key: fmt.Sprintf("lease/%d", i), granted: 0}
+				le.renewals = []renewal{{sent: 1000 * ms, answered: 1010 * ms, ttl: 2}}
+				if i == 0 {
+					le.revoked = 1200 * ms
+				}
+				h.leases = append(h.leases, le)
+				lp := put(le.Key, "l", int64(4+2*i))
+				lp.Kv.Lease = le.ID
+				e = append(e, lp, del(le.Key, int64(5+2*i)))
+				h.streams[0].Deliver(e[len(e)-2:])
+				at := h.streams[0].at
+				at[len(at)-2], at[len(at)-1] = seen[0], seen[1]
+			}
+			return e, 7
+		}, ""},
+		{"lease answered gone early", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			le := &Lease{h: h, ID: 7, TTL: 2, granted: 0}
+			le.renewals = []renewal{{sent: 1000 * ms, answered: 1010 * ms, ttl: 2}, {sent: 1700 * ms, answered: 1710 * ms, ttl: 0}}
+			h.leases = append(h.leases, le)
+			return e, 3
+		}, "answered \"gone\""},
+		{"two holders", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			a := &Lease{h: h, ID: 8, TTL: 2, granted: 0}
+			b := &Lease{h: h, ID: 9, TTL: 2, granted: 0}
+			h.leases = append(h.leases, a, b)
+			h.holds = []hold{{client: 5, lease: a, acquired: 100 * ms, released: 300 * ms}, {client: 6, lease: b, acquired: 200 * ms, released: 400 * ms}}
+			return e, 3
+		}, "mutex held twice"},
+		{"mutex held in turn", func(h *History, e []*mvccpb.Event) ([]*mvccpb.Event, int64) {
+			a := &Lease{h: h, ID: 8, TTL: 2, granted: 0}
+			b := &Lease{h: h, ID: 9, TTL: 2, granted: 0}
+			h.leases = append(h.leases, a, b)
+			// a's hold ends with its lease, before b's begins.
+			h.holds = []hold{{client: 5, lease: a, acquired: 100 * ms, released: 2500 * ms}, {client: 6, lease: b, acquired: 2200 * ms, released: 2400 * ms}}
+			return e, 3
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, events := base()
+			events, head := tc.spoil(h, events)
+			found := verify(t, h, events, head)
+			switch {
+			case tc.want == "" && len(found) > 0:
+				t.Fatalf("anomalies in a clean history: %v", found)
+			case tc.want != "" && (len(found) != 1 || !strings.Contains(found[0].Error(), tc.want)):
+				t.Fatalf("found %v, want one anomaly saying %q", found, tc.want)
+			}
+		})
+	}
+}
+
+// TestSettle: writes of unknown outcome are settled from the log, so a
+// read of a value only an unknown put wrote is linearizable, and one
+// of a value no request wrote is not.
+func TestSettle(t *testing.T) {
+	h, events := base()
+	h.ops = append(h.ops,
+		entry{client: 3, in: linInput{op: "put", key: "lin/0", to: "c"}, out: linOutput{unknown: true}, call: 100 * ms, ret: 110 * ms},
+		entry{client: 4, in: linInput{op: "put", key: "lin/0", to: "d"}, out: linOutput{unknown: true}, call: 100 * ms, ret: 110 * ms},
+		entry{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 4, value: "c", modRev: 4}, call: 200 * ms, ret: 210 * ms},
+	)
+	events = append(events, put("lin/0", "c", 4))
+	if found := verify(t, h, events, 4); len(found) > 0 {
+		t.Fatalf("anomalies: %v", found)
+	}
+	h.ops[len(h.ops)-1].out = linOutput{rev: 4, value: "d", modRev: 4}
+	if found := verify(t, h, events, 4); len(found) != 2 {
+		t.Fatalf("a read of a value never written: found %v, want the log and porcupine to object", found)
+	}
+}
