@@ -22,13 +22,16 @@
 #
 # Usage: testdata/etcd-e2e/run.sh [SERVER...]    (default: etcd sett)
 # where SERVER is etcd (bin/etcd, built by `make bin/etcd`) or sett
-# (bin/sett, built by `make build`).
+# (bin/sett, built by `make build`, or $SETT_BIN).
 # Environment:
 #   E2E_SUITES    suites to run, of: e2e common (default both)
 #   E2E_RUN       regexp of the top-level tests to run (default all)
 #   E2E_TIMEOUT   timeout of one top-level test (default 4m)
 #   E2E_PARALLEL  test processes at once (default 2)
 #   E2E_OUT       where results go (default bin/etcd-e2e)
+#   SETT_BIN      the sett binary to run as etcd (default bin/sett)
+#   E2E_KEEP=1    keep the results of earlier runs in $E2E_OUT (to run
+#                 a few tests again: E2E_RUN names them)
 # The summary is printed and written to $E2E_OUT/summary.txt; the exit
 # status is 1 when a test passes against etcd but not against sett.
 set -euo pipefail
@@ -61,17 +64,20 @@ module=$(cd "$here" && "$GO" list -m -f '{{.Dir}}' go.etcd.io/etcd/tests/v3)
 
 for s in $servers; do
 	case $s in
-	etcd | sett) [ -x "$root/bin/$s" ] || { echo "$root/bin/$s missing: make bin/etcd build" >&2; exit 2; } ;;
+	etcd) bin=$root/bin/etcd ;;
+	sett) bin=${SETT_BIN:-$root/bin/sett} ;;
 	*) echo "usage: $0 [etcd | sett ...]" >&2; exit 2 ;;
 	esac
+	[ -x "$bin" ] || { echo "$bin missing: make bin/etcd build" >&2; exit 2; }
+	bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 	d=$out/$s
-	rm -rf "$d"
+	[ "${E2E_KEEP:-}" = 1 ] || rm -rf "$d"
 	mkdir -p "$d/bin" "$d/tree/tests/e2e" "$d/tree/tests/common" "$d/results" "$d/tmp"
-	cp "$here/etcd.sh" "$d/bin/etcd"
-	ln -s "$root/bin/$s" "$d/bin/etcd.real"
-	ln -s "$out/etcdctl" "$d/bin/etcdctl"
-	ln -s "$out/etcdutl" "$d/bin/etcdutl"
-	ln -s "$module/fixtures" "$d/tree/tests/fixtures"
+	cp "$here/etcd.sh" "$d/bin/etcd.new" && mv "$d/bin/etcd.new" "$d/bin/etcd"
+	ln -sfn "$bin" "$d/bin/etcd.real"
+	ln -sfn "$out/etcdctl" "$d/bin/etcdctl"
+	ln -sfn "$out/etcdutl" "$d/bin/etcdutl"
+	ln -sfn "$module/fixtures" "$d/tree/tests/fixtures"
 	cp "$here/sample.yml" "$d/tree/etcd.conf.yml.sample"
 done
 
