@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,6 +26,7 @@ import (
 type event struct {
 	Action string
 	Test   string
+	Output string
 }
 
 // result is one server's run of the suites: the final state of every
@@ -163,18 +163,20 @@ func read(dir string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmps := map[string]string{}    // temp folder -> "suite.Test"
-	names := map[string][]string{} // "suite.Test" -> every test its run named
+	tmps := map[string]string{}               // temp folder -> "suite.Test"
+	names := map[string][]string{}            // "suite.Test" -> every test its run named
+	outputs := map[string]map[string]string{} // "suite.Test" -> test -> its spawn lines
 	for _, f := range files {
 		run := strings.TrimSuffix(filepath.Base(f), ".json")
 		suite, top, _ := strings.Cut(run, ".")
 		if tmp, err := os.ReadFile(strings.TrimSuffix(f, ".json") + ".tmp"); err == nil {
 			tmps[strings.TrimSpace(string(tmp))] = run
 		}
-		state, err := readRun(f)
+		state, output, err := readRun(f)
 		if err != nil {
 			return nil, err
 		}
+		outputs[run] = output
 		if len(state) == 0 {
 			state[top] = "fail" // the run died before the test started
 		}
@@ -194,10 +196,29 @@ func read(dir string) (*result, error) {
 				continue
 			}
 			suite, top, _ := strings.Cut(run, ".")
-			r.peers[suite+"."+owner(strings.Split(rest, "/")[0], names[run], top)] = true
+			t := spawner(dataDir, outputs[run])
+			if t == "" {
+				t = owner(strings.Split(rest, "/")[0], names[run], top)
+			}
+			r.peers[suite+"."+t] = true
 		}
 	}
 	return r, nil
+}
+
+// spawner returns the test that logged starting a server on dataDir (etcd's
+// framework logs each process it spawns, with its arguments, to the test
+// that spawns it), or "" if none did.
+func spawner(dataDir string, output map[string]string) string {
+	found := ""
+	for t, out := range output {
+		if strings.Contains(out, `--data-dir=`+dataDir+`"`) || strings.Contains(out, `"--data-dir", "`+dataDir+`"`) {
+			if len(t) > len(found) {
+				found = t
+			}
+		}
+	}
+	return found
 }
 
 // owner returns the test of names whose t.TempDir is named dir (the test's
@@ -231,20 +252,37 @@ func tempPattern(name string) string {
 	}, name)
 }
 
-func readRun(path string) (map[string]string, error) {
+// readRun reads one go test -json file: each test's final state, and the
+// lines where the test logs spawning a process.
+func readRun(path string) (map[string]string, map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	state := map[string]string{}
+	output := map[string]*strings.Builder{}
 	dec := json.NewDecoder(f)
 	for {
 		var e event
-		if err := dec.Decode(&e); err == io.EOF {
-			return state, nil
-		} else if err != nil {
-			return state, nil // a truncated run: what was read stands
+		if err := dec.Decode(&e); err != nil {
+			// The end, or a truncated run: what was read stands.
+			spawns := map[string]string{}
+			for t, b := range output {
+				spawns[t] = b.String()
+			}
+			return state, spawns, nil
+		}
+		if e.Output != "" && e.Test != "" {
+			b := output[e.Test]
+			if b == nil {
+				b = &strings.Builder{}
+				output[e.Test] = b
+			}
+			// test2json cuts long lines; keep what follows a spawn line.
+			if strings.Contains(e.Output, "spawning process") || b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+				b.WriteString(e.Output)
+			}
 		}
 		switch e.Action {
 		case "run":
