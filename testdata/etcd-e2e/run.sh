@@ -72,7 +72,7 @@ for s in $servers; do
 	bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 	d=$out/$s
 	[ "${E2E_KEEP:-}" = 1 ] || rm -rf "$d"
-	mkdir -p "$d/bin" "$d/tree/tests/e2e" "$d/tree/tests/common" "$d/results" "$d/tmp"
+	mkdir -p "$d/bin" "$d/tree/tests/e2e" "$d/tree/tests/common" "$d/results"
 	cp "$here/etcd.sh" "$d/bin/etcd.new" && mv "$d/bin/etcd.new" "$d/bin/etcd"
 	ln -sfn "$bin" "$d/bin/etcd.real"
 	ln -sfn "$out/etcdctl" "$d/bin/etcdctl"
@@ -92,8 +92,9 @@ fi
 # run_one SUITE SERVER TEST runs one top-level test against one server.
 run_one() {
 	local suite=$1 server=$2 test=$3 d=$out/$2
+	# Short: tests put unix sockets in it (at most 108 bytes a path).
 	local tmp
-	tmp=$(mktemp -d "$d/tmp/XXXX")
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 	printf '%s\n' "$tmp" >"$d/results/$suite.$test.tmp"
 	local cmd=(env TMPDIR="$tmp" GOTMPDIR="$tmp" E2E_TEST_MINIMAL=1
 		timeout -k 30s "$(( $(to_seconds "$timeout") + 120 ))"
