@@ -26,7 +26,7 @@ func defragCommand() *cli.Command {
 }
 
 func defrag(c *cli.Context) error {
-	log, err := newLogger("info", "auto")
+	log, err := newLogger(logOptions{level: "info", format: "auto"})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lmittmann/tint"
 	"github.com/urfave/cli/v2"
 
 	"github.com/settdb/sett/auth"
@@ -90,26 +90,44 @@ func printVersion() {
 	fmt.Println("Server: sett (etcd v3 API on Badger)")
 }
 
-func newLogger(level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+// serveConfigFile serves with the flags --config-file sets, and only
+// those, as etcd does: the command line and environment are ignored.
+func serveConfigFile(c *cli.Context, path string) error {
+	cf, err := readConfigFile(path, serveFlagsNoEnv())
+	if err != nil {
+		return err
 	}
-	switch format {
-	case "auto":
-		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			format = "text"
-		} else {
-			format = "json"
-		}
-	case "text", "json":
-	default:
-		return nil, fmt.Errorf("--log-format %q: want text, json or auto", format)
+	app := &cli.App{
+		Name:     "sett",
+		Flags:    serveFlagsNoEnv(),
+		Action:   runServe,
+		Metadata: map[string]any{configFileKey: cf},
 	}
-	if format == "text" {
-		return slog.New(tint.NewHandler(os.Stderr, &tint.Options{Level: lv, TimeFormat: time.TimeOnly})), nil
+	return app.RunContext(c.Context, append([]string{"sett", "--config-file=" + path}, cf.args...))
+}
+
+// serverTLS reads the flags of the TLS sett serves to clients.
+func serverTLS(c *cli.Context) (server.TLSFiles, error) {
+	f := server.TLSFiles{
+		CertFile:         c.String("cert-file"),
+		KeyFile:          c.String("key-file"),
+		TrustedCAFile:    c.String("trusted-ca-file"),
+		ClientCertAuth:   c.Bool("client-cert-auth"),
+		CRLFile:          c.String("client-crl-file"),
+		AllowedCNs:       splitURLs(c.String("client-cert-allowed-cn")),
+		AllowedHostnames: splitURLs(c.String("client-cert-allowed-hostname")),
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv})), nil
+	var err error
+	if f.CipherSuites, err = server.ParseCipherSuites(splitURLs(c.String("cipher-suites"))); err != nil {
+		return f, fmt.Errorf("--cipher-suites: %w", err)
+	}
+	if f.MinVersion, err = server.ParseTLSVersion(c.String("tls-min-version")); err != nil {
+		return f, fmt.Errorf("--tls-min-version: %w", err)
+	}
+	if f.MaxVersion, err = server.ParseTLSVersion(c.String("tls-max-version")); err != nil {
+		return f, fmt.Errorf("--tls-max-version: %w", err)
+	}
+	return f, f.Validate()
 }
 
 func splitURLs(s string) []string {
@@ -122,12 +140,45 @@ func splitURLs(s string) []string {
 	return out
 }
 
+// configFileKey marks, in the App's metadata, a run whose flags came from
+// --config-file.
+const configFileKey = "config-file"
+
 func runServe(c *cli.Context) error {
-	log, err := newLogger(c.String("log-level"), c.String("log-format"))
+	if path := c.String("config-file"); path != "" && c.App.Metadata[configFileKey] == nil {
+		return serveConfigFile(c, path)
+	}
+	if err := refusals(c); err != nil {
+		return err
+	}
+	log, err := newLogger(logOptions{
+		level: c.String("log-level"), format: c.String("log-format"), outputs: c.String("log-outputs"),
+		asEtcd: runsAsEtcd(os.Args[0]),
+	})
 	if err != nil {
 		return err
 	}
 	slog.SetDefault(log)
+	if cf, ok := c.App.Metadata[configFileKey].(*configFile); ok {
+		log.Info("loaded server configuration, other configuration command line flags and environment variables will be ignored if provided", "path", c.String("config-file"))
+		if len(cf.ignored) > 0 {
+			log.Warn("configuration file keys sett has no setting for, ignored", "keys", cf.ignored)
+		}
+	}
+	tlsFiles, err := serverTLS(c)
+	if err != nil {
+		return err
+	}
+	cors, err := server.ParseCORS(c.String("cors"))
+	if err != nil {
+		return err
+	}
+	if c.Bool("unsafe-no-fsync") {
+		if c.String("engine") != "badger" {
+			return errors.New("--unsafe-no-fsync is refused with --engine tikv: TiKV, not sett, decides when its writes are durable")
+		}
+		log.Warn("--unsafe-no-fsync: commits are not synced to disk; an acknowledged write can be lost in a crash or power cut. For tests only.")
+	}
 	dir, err := filepath.Abs(c.String("data-dir"))
 	if err != nil {
 		return err
@@ -171,7 +222,7 @@ func runServe(c *cli.Context) error {
 	log.Info("memory", "limit", mem.limit, "go_soft_limit", mem.goLimit, "memtable", mem.memTable,
 		"watch_ring_bytes", ringBytes, "mapped_files", mem.fileMapped)
 
-	st, err := openStorage(c.String("engine"), c.String("tikv-pd-endpoints"), dir, mem, log)
+	st, err := openStorage(c.String("engine"), c.String("tikv-pd-endpoints"), dir, mem, c.Bool("unsafe-no-fsync"), log)
 	if err != nil {
 		return err
 	}
@@ -195,8 +246,8 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	go store.AutoCompact(ctx, autoCompact)
-	if ignored := ignoredSet(c); len(ignored) > 0 {
-		log.Info("etcd flags not applicable to a single-node sett, ignored", "flags", ignored)
+	if ignored := notApplicableSet(c); len(ignored) > 0 {
+		log.Info("etcd flags that cannot matter to a single sett member (raft, peers, membership, WAL, bbolt), accepted and ignored", "flags", ignored)
 	}
 	tokens, err := auth.NewTokens(c.String("auth-token"), time.Duration(c.Int("auth-token-ttl"))*time.Second)
 	if err != nil {
@@ -221,6 +272,13 @@ func runServe(c *cli.Context) error {
 		}
 		election = cluster.New(db, cluster.Options{ID: memberID, Name: c.String("name"), ClientURLs: urls,
 			Lease: c.Duration("election-lease"), Logger: log}, store, lessor)
+		// A member whose ID another live member has (both left on the
+		// default --name, say) must not start.
+		if err := election.Join(ctx); err != nil {
+			store.Close()
+			st.close()
+			return err
+		}
 	}
 	collectors := st.collectors
 	var scheduler *snapshot.Scheduler
@@ -238,25 +296,33 @@ func runServe(c *cli.Context) error {
 		collectors = append(collectors, scheduler.Collectors()...)
 	}
 	cfg := server.Config{
-		Name:                c.String("name"),
-		ListenClientURLs:    splitURLs(c.String("listen-client-urls")),
-		AdvertiseClientURLs: advertise,
-		ListenMetricsURLs:   splitURLs(c.String("listen-metrics-urls")),
-		TLS: server.TLSFiles{
-			CertFile:       c.String("cert-file"),
-			KeyFile:        c.String("key-file"),
-			TrustedCAFile:  c.String("trusted-ca-file"),
-			ClientCertAuth: c.Bool("client-cert-auth"),
-		},
-		AutoTLS:           c.Bool("auto-tls"),
-		DataDir:           dir,
-		EnablePprof:       c.Bool("enable-pprof"),
-		QuotaBackendBytes: c.Int64("quota-backend-bytes"),
-		MaxRequestBytes:   c.Int("max-request-bytes"),
-		MaxTxnOps:         c.Int("max-txn-ops"),
-		Logger:            log,
-		Collectors:        collectors,
-		Auth:              authStore,
+		Name:                 c.String("name"),
+		ListenClientURLs:     splitURLs(c.String("listen-client-urls")),
+		AdvertiseClientURLs:  advertise,
+		ListenMetricsURLs:    splitURLs(c.String("listen-metrics-urls")),
+		ListenClientHTTPURLs: splitURLs(c.String("listen-client-http-urls")),
+		DisableGateway:       !c.Bool("enable-grpc-gateway"),
+		TLS:                  tlsFiles,
+		SocketReusePort:      c.Bool("socket-reuse-port"),
+		SocketReuseAddr:      c.Bool("socket-reuse-address"),
+		CORS:                 cors,
+		HostWhitelist:        splitURLs(c.String("host-whitelist")),
+
+		SelfSignedCertValidity:      c.Int("self-signed-cert-validity"),
+		MaxConcurrentStreams:        uint32(c.Uint64("max-concurrent-streams")),
+		GRPCKeepaliveMinTime:        c.Duration("grpc-keepalive-min-time"),
+		GRPCKeepaliveInterval:       c.Duration("grpc-keepalive-interval"),
+		GRPCKeepaliveTimeout:        c.Duration("grpc-keepalive-timeout"),
+		WarningUnaryRequestDuration: c.Duration("warning-unary-request-duration"),
+		AutoTLS:                     c.Bool("auto-tls"),
+		DataDir:                     dir,
+		EnablePprof:                 c.Bool("enable-pprof"),
+		QuotaBackendBytes:           c.Int64("quota-backend-bytes"),
+		MaxRequestBytes:             c.Int("max-request-bytes"),
+		MaxTxnOps:                   c.Int("max-txn-ops"),
+		Logger:                      log,
+		Collectors:                  collectors,
+		Auth:                        authStore,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
 	}
@@ -281,19 +347,14 @@ func runServe(c *cli.Context) error {
 		} else {
 			close(elected)
 		}
-		log.Info("sett ready", "name", c.String("name"), "data_dir", dir, "revision", store.Rev(), "engine", c.String("engine"))
+		// etcd's line, which tools and test harnesses wait for.
+		log.Info("ready to serve client requests", "name", c.String("name"), "data-dir", dir, "revision", store.Rev(), "engine", c.String("engine"))
 		err = srv.Serve(ctx)
 		stop()
+		// On a clean stop (SIGTERM, SIGINT) the election's Run resigns
+		// before it steps down: another member takes over at once
+		// rather than once the lease runs out.
 		<-elected
-		if election != nil {
-			// Hand the lease back at once rather than make the others
-			// wait for it to run out.
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if rerr := election.Resign(rctx); rerr != nil {
-				log.Warn("resigning from the election", "error", rerr)
-			}
-			cancel()
-		}
 	}
 	stop()
 	waitSnapshots() // a snapshot being written needs the store

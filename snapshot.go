@@ -185,7 +185,7 @@ func snapshotRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger("info", "auto")
+	log, err := newLogger(logOptions{level: "info", format: "auto"})
 	if err != nil {
 		return err
 	}

@@ -5,15 +5,21 @@
 // conditional writes (see record.go). Each election raises the epoch, and
 // the winner's store fences every commit of its term with the leader
 // record (Term.Fence), so a member that lost the lease, however late its
-// writes arrive, cannot commit them: safety rests on the engine's
-// transactions, not on clocks.
+// writes arrive, cannot commit them: the safety of what is written rests
+// on the engine's transactions, not on clocks.
 //
-// Clocks matter only for liveness: a member takes the lease over once it
-// has expired by its own clock plus Options.Margin, which assumes the
-// members' clocks drift apart by less than the margin. Should they drift
-// further, a member may be elected while the old leader still thinks it
-// leads; the old leader's next commit then fails on the fence and it
-// steps down, so the cost is a failed write, never a lost or doubled one.
+// What a leader answers from memory (lease renewals, which member to
+// route to) rests on time, and on no clock but each member's own
+// monotonic one. A leader holds its term until Lease - Margin after the
+// start of its last successful renewal, by its own clock, and then acts
+// as leader no more (Term.Held, Election.IsLeader), whether or not it
+// has noticed anything. Another member takes the lease over only once
+// it has seen the lease record stay unchanged for Lease + Margin, by its
+// own clock, from the moment it first read it; the record it read was
+// written after the renewal began. So the new leader's term starts at
+// least 2*Margin after the old one's ended, whatever the members' wall
+// clocks say, as long as their clocks run at about the same rate. No
+// member compares a time written by another host with its own.
 package cluster
 
 import (
@@ -23,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +49,12 @@ var (
 	// ErrMoveTimeout is returned by MoveLeader when the target did not
 	// take leadership within two lease durations.
 	ErrMoveTimeout = errors.New("cluster: leadership transfer timed out")
+	// ErrIDInUse is returned by Join when a live member has this
+	// member's ID.
+	ErrIDInUse = errors.New("cluster: another live member has this member's ID")
+	// errLeaseLost is a renewal's finding that the lease is no longer
+	// this term's: another member took it, or this one gave it up.
+	errLeaseLost = errors.New("cluster: the lease is no longer this term's")
 )
 
 // Role is a part of a member that works only while the member leads:
@@ -63,12 +76,14 @@ type Options struct {
 	ClientURLs []string
 	// Lease is how long an election or a renewal holds leadership
 	// (default 2s). The leader renews every Lease/4, so it survives
-	// three failed renewals; a leader that stops is replaced within
-	// about Lease + Margin + Lease/4.
+	// two failed renewals; a leader that stops is replaced within about
+	// Lease + Margin + Lease/2.
 	Lease time.Duration
-	// Margin is the bound assumed on clock drift between members
-	// (default Lease/4): others take an expired lease over only Margin
-	// after its expiry, and the leader gives up Margin before it.
+	// Margin is the safety margin on each side of a lease (default
+	// Lease/4): the leader gives up Margin before Lease has passed since
+	// its last renewal began, and the others wait Lease + Margin after
+	// they saw that renewal. It covers the members' clocks running at
+	// different rates and the time a read takes to reach a member.
 	Margin time.Duration
 	Logger *slog.Logger
 }
@@ -81,16 +96,31 @@ type Election struct {
 	log   *slog.Logger
 	kick  chan struct{}
 
+	// base is the origin of the monotonic times a Term keeps.
+	base time.Time
+	// wall is the wall clock, used only for the heartbeats members list
+	// (a test may skew it).
+	wall func() time.Time
+	// incarnation tells this process's member record from that of
+	// another process with the same ID.
+	incarnation uint64
+
 	// step serializes the election's engine transactions and its role
 	// changes: Run's steps, MoveLeader and Resign.
 	step sync.Mutex
 	// Under step:
-	term     *Term     // the term this member leads, nil if it follows
-	held     []byte    // the lease record as this leader last wrote it
-	deadline time.Time // when this leader gives up if it cannot renew
+	term *Term  // the term this member leads, nil if it follows
+	won  uint64 // the epoch this process last won
+	// observed is the lease record as this member last read it, and
+	// observedAt when it first read that content (0 if never): the
+	// lease expires for this member Lease + Margin after observedAt.
+	observed   []byte
+	observedAt time.Time
+	clash      bool // another process heartbeats with this ID; logged once
 
 	// What readers see, kept current by the steps.
-	leader  atomic.Uint64 // 0 if no member leads
+	leader  atomic.Uint64        // 0 if no member leads
+	leading atomic.Pointer[Term] // the term this member leads, once its roles lead
 	epoch   atomic.Uint64
 	changes atomic.Uint64 // leaders seen, counting each new epoch once
 	seen    uint64        // the epoch of the last leader counted; under step
@@ -109,19 +139,42 @@ func New(eng engine.Engine, opts Options, roles ...Role) *Election {
 		opts.Logger = slog.Default()
 	}
 	return &Election{
-		eng:   eng,
-		opts:  opts,
-		roles: roles,
-		log:   opts.Logger.With("member", fmt.Sprintf("%x", opts.ID)),
-		kick:  make(chan struct{}, 1),
+		eng:         eng,
+		opts:        opts,
+		roles:       roles,
+		log:         opts.Logger.With("member", fmt.Sprintf("%x", opts.ID)),
+		kick:        make(chan struct{}, 1),
+		base:        time.Now(),
+		wall:        time.Now,
+		incarnation: rand.Uint64() | 1,
 	}
 }
 
-// Leader returns the ID of the member that leads, 0 if none does.
-func (e *Election) Leader() uint64 { return e.leader.Load() }
+// Leader returns the ID of the member that leads, 0 if none does. This
+// member counts only while IsLeader says so.
+func (e *Election) Leader() uint64 {
+	id := e.leader.Load()
+	if id == e.opts.ID && !e.IsLeader() {
+		return 0
+	}
+	return id
+}
 
-// IsLeader reports whether this member leads.
-func (e *Election) IsLeader() bool { return e.leader.Load() == e.opts.ID }
+// IsLeader reports whether this member leads and still safely does:
+// its term was not deposed or ended, and by this member's monotonic
+// clock no other member can yet have taken the lease over (see
+// Term.Held). It turns false on its own when renewals stall, before any
+// other member may be elected, even while the election's own engine
+// calls hang. A member that is not IsLeader must not answer as leader:
+// renew leases, answer lease calls from its lessor's memory, or route
+// requests to itself.
+func (e *Election) IsLeader() bool {
+	t := e.leading.Load()
+	return t != nil && t.Held()
+}
+
+// now is the monotonic time since the election was made.
+func (e *Election) now() time.Duration { return time.Since(e.base) }
 
 // setLeader publishes id, not 0, as the leader, counting a change of
 // leader when the epoch is new to this member.
@@ -144,11 +197,64 @@ func (e *Election) Term() uint64 { return e.epoch.Load() }
 // ID returns this member's ID.
 func (e *Election) ID() uint64 { return e.opts.ID }
 
+// Join checks that no live member runs with this member's ID and then
+// writes its member record. Call it once, before Run. A member left on
+// the default name shares its ID with every other such member; two
+// members with one ID would campaign as one, and their lease IDs would
+// collide.
+//
+// A live member rewrites its record every Lease/4. If the record exists
+// (it may be this member's own, from before a crash), Join watches it
+// for a lease duration and fails with ErrIDInUse if it changes. A member
+// that stopped cleanly removed its record, so it starts again at once.
+func (e *Election) Join(ctx context.Context) error {
+	first, err := e.readMember()
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	if first != nil {
+		e.log.Info("a record of this member's ID exists; checking that no other member is live with it", "wait", e.opts.Lease)
+		t := time.NewTicker(e.opts.Lease / 8)
+		defer t.Stop()
+		for deadline := time.Now().Add(e.opts.Lease); time.Now().Before(deadline); {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+			cur, err := e.readMember()
+			if err != nil {
+				return fmt.Errorf("join: %w", err)
+			}
+			if !bytes.Equal(cur, first) {
+				m, _ := decodeMember(cur)
+				return fmt.Errorf("%w: member ID %x (name %q) is in use by a member at %v; give every member its own --name",
+					ErrIDInUse, e.opts.ID, e.opts.Name, m.ClientURLs)
+			}
+		}
+	}
+	return e.heartbeat(ctx)
+}
+
+func (e *Election) readMember() ([]byte, error) {
+	snap, err := e.eng.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer snap.Close()
+	return getOrNil(snap, memberKey(e.opts.ID))
+}
+
 // Run takes part in the election until ctx ends: it heartbeats, renews
 // the lease while it leads and campaigns when the lease is free. When
-// ctx ends it stops leading locally without giving the lease up (see
-// Resign for that), as a member that crashed would.
-func (e *Election) Run(ctx context.Context) {
+// ctx ends it stops as a member that shuts down cleanly: it steps down,
+// then frees the lease at once (see Resign), so that another member
+// need not wait for it to run out, and removes its member record.
+func (e *Election) Run(ctx context.Context) { e.run(ctx, true) }
+
+// run is Run; a member that stops without resigning (resign false)
+// leaves the lease and its record as a member that crashed would.
+func (e *Election) run(ctx context.Context, resign bool) {
 	every := e.opts.Lease / 4
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -156,6 +262,15 @@ func (e *Election) Run(ctx context.Context) {
 		e.tick(ctx)
 		select {
 		case <-ctx.Done():
+			if resign {
+				// ctx is over: the last writes get a lease duration.
+				rctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease)
+				if err := e.Resign(rctx); err != nil {
+					e.log.Warn("resigning failed; the others take over once the lease runs out", "error", err)
+				}
+				e.leave(rctx)
+				cancel()
+			}
 			e.step.Lock()
 			e.stepDown("stopped")
 			e.leader.Store(0) // it no longer follows who leads
@@ -167,15 +282,41 @@ func (e *Election) Run(ctx context.Context) {
 	}
 }
 
+// leave removes this member's record, if it is still its own.
+func (e *Election) leave(ctx context.Context) {
+	e.step.Lock()
+	defer e.step.Unlock()
+	tx, err := e.eng.Begin()
+	if err != nil {
+		return
+	}
+	defer tx.Discard()
+	cur, err := getOrNil(tx, memberKey(e.opts.ID))
+	if err != nil || cur == nil {
+		return
+	}
+	if m, err := decodeMember(cur); err != nil || m.Incarnation != e.incarnation {
+		return
+	}
+	if tx.Delete(memberKey(e.opts.ID)) == nil {
+		tx.Commit(ctx)
+	}
+}
+
 // tick is one round of the election.
 func (e *Election) tick(ctx context.Context) {
 	e.step.Lock()
 	defer e.step.Unlock()
+	led := e.term != nil
+	if led {
+		// The renewal first: a heartbeat stalled on the engine must not
+		// hold it up.
+		e.renew(ctx)
+	}
 	if err := e.heartbeat(ctx); err != nil && ctx.Err() == nil {
 		e.log.Warn("member heartbeat failed", "error", err)
 	}
-	if e.term != nil {
-		e.renew(ctx)
+	if led {
 		return
 	}
 	cur, err := e.observe()
@@ -183,23 +324,44 @@ func (e *Election) tick(ctx context.Context) {
 		e.log.Warn("reading the leader lease failed", "error", err)
 		return
 	}
-	if e.free(cur, time.Now()) {
+	if e.free(cur) {
 		e.campaign(ctx)
 	}
 }
 
+// heartbeat rewrites this member's record. Finding another process's
+// record there means two members run with one ID: logged, once.
 func (e *Election) heartbeat(ctx context.Context) error {
-	m := member{Name: e.opts.Name, ClientURLs: e.opts.ClientURLs, Heartbeat: time.Now().UnixNano()}
+	m := member{Name: e.opts.Name, ClientURLs: e.opts.ClientURLs, Heartbeat: e.wall().UnixNano(), Incarnation: e.incarnation}
 	tx, err := e.eng.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Discard()
+	if cur, err := getOrNil(tx, memberKey(e.opts.ID)); err == nil && cur != nil {
+		if old, err := decodeMember(cur); err == nil && old.Incarnation != 0 && old.Incarnation != e.incarnation && !e.clash {
+			e.clash = true
+			e.log.Error("another member runs with this member's ID; give every member its own --name",
+				"name", e.opts.Name, "other_client_urls", old.ClientURLs)
+		}
+	}
 	if err := tx.Put(memberKey(e.opts.ID), m.encode()); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
+
+// see notes the lease record b as read now: the time a lease has gone
+// unrenewed is measured from when this member first read its content.
+func (e *Election) see(b []byte) {
+	if e.observedAt.IsZero() || !bytes.Equal(b, e.observed) {
+		e.observed, e.observedAt = bytes.Clone(b), time.Now()
+	}
+}
+
+// unrenewed is how long the lease record has stayed as this member last
+// read it, by this member's monotonic clock.
+func (e *Election) unrenewed() time.Duration { return time.Since(e.observedAt) }
 
 // observe reads the lease record and publishes who leads by it.
 func (e *Election) observe() (lease, error) {
@@ -208,13 +370,14 @@ func (e *Election) observe() (lease, error) {
 		return lease{}, err
 	}
 	defer snap.Close()
-	b, err := snap.Get(leaseKey)
-	if errors.Is(err, engine.ErrNotFound) {
-		e.leader.Store(0)
-		return lease{}, nil
-	}
+	b, err := getOrNil(snap, leaseKey)
 	if err != nil {
 		return lease{}, err
+	}
+	e.see(b)
+	if b == nil {
+		e.leader.Store(0)
+		return lease{}, nil
 	}
 	cur, err := decodeLease(b)
 	if err != nil {
@@ -222,8 +385,8 @@ func (e *Election) observe() (lease, error) {
 	}
 	e.epoch.Store(max(e.epoch.Load(), cur.epoch))
 	switch {
-	case cur.target != 0 || !time.Now().Before(cur.expiry):
-		e.leader.Store(0) // handed over or run out
+	case cur.target != 0 || cur.seq == 0 || e.unrenewed() >= e.opts.Lease:
+		e.leader.Store(0) // handed over, resigned, or run out
 	case cur.id == e.opts.ID && e.term == nil:
 		// This member's own lease, which it stopped renewing when it
 		// stepped down: it leads no more.
@@ -234,26 +397,30 @@ func (e *Election) observe() (lease, error) {
 	return cur, nil
 }
 
-// free reports whether this member may take the lease cur at now.
-func (e *Election) free(cur lease, now time.Time) bool {
+// free reports whether this member may take the lease cur, the record
+// it last saw (see).
+func (e *Election) free(cur lease) bool {
 	switch {
-	case cur.id == 0 || cur.expiry.IsZero():
+	case cur.id == 0 || cur.seq == 0:
 		return true // never held, or resigned
 	case cur.target == e.opts.ID:
 		return true // handed to this member
-	case cur.target == 0 && cur.id == e.opts.ID:
-		// This member's own lease, left when it stepped down: taking it
-		// back is an election like any other (a new epoch, the state
-		// re-read), and no other member may take it before it expires.
+	case cur.target == 0 && cur.id == e.opts.ID && cur.epoch == e.won:
+		// The lease this process won last, left when it stepped down
+		// (having stopped its roles): taking it back is an election
+		// like any other (a new epoch, the state re-read), and no other
+		// member may take it before it expires. Not one written by an
+		// earlier process with this ID, which may still be answering
+		// as leader.
 		return true
 	}
-	return now.After(cur.expiry.Add(e.opts.Margin))
+	return e.unrenewed() > e.opts.Lease+e.opts.Margin
 }
 
 // campaign tries to take the lease in one transaction that raises the
 // epoch; on success it leads.
 func (e *Election) campaign(ctx context.Context) {
-	now := time.Now()
+	start := e.now()
 	tx, err := e.eng.Begin()
 	if err != nil {
 		e.log.Warn("campaign failed", "error", err)
@@ -277,22 +444,22 @@ func (e *Election) campaign(ctx context.Context) {
 			return
 		}
 	}
+	e.see(oldLease)
 	if oldLease != nil {
 		cur, err := decodeLease(oldLease)
 		if err != nil {
 			e.log.Error("campaign failed", "error", err)
 			return
 		}
-		if !e.free(cur, now) {
+		if !e.free(cur) {
 			return
 		}
 		prev.epoch = max(prev.epoch, cur.epoch)
 	}
 	rec := leader{id: e.opts.ID, epoch: prev.epoch + 1}
-	held := lease{id: rec.id, epoch: rec.epoch, expiry: now.Add(e.opts.Lease)}.encode()
 	err = tx.PutIf(leaderKey, rec.encode(), oldLeader)
 	if err == nil {
-		err = tx.PutIf(leaseKey, held, oldLease)
+		err = tx.PutIf(leaseKey, lease{id: rec.id, epoch: rec.epoch, seq: 1}.encode(), oldLease)
 	}
 	if err == nil {
 		err = tx.Commit(ctx)
@@ -307,8 +474,9 @@ func (e *Election) campaign(ctx context.Context) {
 		return
 	}
 	e.epoch.Store(rec.epoch)
+	e.won = rec.epoch
 	t := &Term{e: e, rec: rec.encode(), epoch: rec.epoch}
-	e.held, e.deadline = held, now.Add(e.opts.Lease-e.opts.Margin)
+	t.extendFrom(start)
 	// The roles may take a while to start (the store re-reads its state
 	// and leases): keep the lease meanwhile, or a big store would never
 	// finish starting before another member took it over.
@@ -317,7 +485,7 @@ func (e *Election) campaign(ctx context.Context) {
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		e.keep(keeping, rec.epoch, &lost)
+		e.keep(keeping, t, &lost)
 	}()
 	for i, r := range e.roles {
 		err := r.Lead(ctx, t)
@@ -328,122 +496,155 @@ func (e *Election) campaign(ctx context.Context) {
 			stopKeeping()
 			<-kept
 			e.log.Error("could not start leading; resigning", "error", err)
+			t.ended.Store(true)
 			for j := i; j >= 0; j-- {
 				e.roles[j].Follow()
 			}
-			e.release(ctx, lease{id: rec.id, epoch: rec.epoch})
+			e.release(ctx, rec.epoch, 0)
 			return
 		}
 	}
 	stopKeeping()
 	<-kept
 	e.term = t
+	e.leading.Store(t)
 	e.setLeader(e.opts.ID)
 	e.log.Info("elected leader", "epoch", rec.epoch)
 }
 
-// keep renews the lease of epoch every Lease/4 until ctx ends, while the
-// roles start; lost is set if another member took the lease.
-func (e *Election) keep(ctx context.Context, epoch uint64, lost *atomic.Bool) {
-	t := time.NewTicker(e.opts.Lease / 4)
-	defer t.Stop()
+// keep renews the lease of t every Lease/4 until ctx ends, while the
+// roles start; lost is set if the lease is no longer t's.
+func (e *Election) keep(ctx context.Context, t *Term, lost *atomic.Bool) {
+	tk := time.NewTicker(e.opts.Lease / 4)
+	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tk.C:
 		}
-		start := time.Now()
-		// Not ctx: a renewal cut short might land unknown to this leader,
-		// and its next renewal would then conflict with itself.
-		held, err := e.extend(context.Background(), epoch, e.held)
-		switch {
-		case err == nil:
-			e.held, e.deadline = held, start.Add(e.opts.Lease-e.opts.Margin)
-		case errors.Is(err, engine.ErrConflict):
+		if err := e.extend(t); errors.Is(err, errLeaseLost) || errors.Is(err, engine.ErrConflict) {
 			lost.Store(true)
 			return
 		}
 	}
 }
 
-// extend rewrites the lease of epoch, which this member last wrote as
-// held, with an expiry a lease duration from now.
-func (e *Election) extend(ctx context.Context, epoch uint64, held []byte) ([]byte, error) {
-	next := lease{id: e.opts.ID, epoch: epoch, expiry: time.Now().Add(e.opts.Lease)}.encode()
+// extend renews the lease of t: it rewrites the lease record, if it is
+// still t's, with the next renewal number. On success t holds until
+// Lease - Margin after the renewal began, by this member's clock.
+//
+// The condition is the record's owner, not its bytes as this member last
+// wrote them: a renewal whose outcome was unknown may have landed, and
+// the next one must not take the record it wrote for someone else's.
+// A renewal that lands after t stopped holding (a late round) is sound:
+// the record was still t's, so no other member took it meanwhile, and
+// every member that saw it run out sees it renewed before its campaign
+// can commit.
+func (e *Election) extend(t *Term) error {
+	start := e.now()
+	// Not the caller's context: Run's ends at shutdown, and a renewal cut
+	// short only leaves its outcome unknown. A bound, so that a stalled
+	// engine cannot hold the election's round for good.
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease)
+	defer cancel()
 	tx, err := e.eng.Begin()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer tx.Discard()
-	if err := tx.PutIf(leaseKey, next, held); err != nil {
-		return nil, err
+	b, err := getOrNil(tx, leaseKey)
+	if err != nil {
+		return err
+	}
+	cur, err := decodeLease(b)
+	if err != nil {
+		return err
+	}
+	if cur.id != e.opts.ID || cur.epoch != t.epoch || cur.target != 0 || cur.seq == 0 {
+		return errLeaseLost
+	}
+	next := cur
+	next.seq++
+	if err := tx.PutIf(leaseKey, next.encode(), b); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	return next, nil
+	t.extendFrom(start)
+	return nil
 }
 
-// renew extends the lease this member holds. It steps down if another
-// member took the lease, if the store was fenced off, or if it could not
-// renew before its deadline.
+// renew extends the lease this member holds. It steps down if the lease
+// is no longer its term's, if the store was fenced off, or if the term
+// ran out before a renewal landed.
 func (e *Election) renew(ctx context.Context) {
-	if e.term.deposed.Load() {
+	t := e.term
+	if t.deposed.Load() {
 		e.stepDown("a commit was fenced off")
 		return
 	}
-	start := time.Now()
-	held, err := e.extend(ctx, e.term.epoch, e.held)
+	err := e.extend(t)
 	switch {
 	case err == nil:
-		e.held, e.deadline = held, start.Add(e.opts.Lease-e.opts.Margin)
-	case errors.Is(err, engine.ErrConflict):
+	case errors.Is(err, errLeaseLost), errors.Is(err, engine.ErrConflict):
 		e.stepDown("another member holds the lease")
-	case time.Now().After(e.deadline):
+	case !t.Held():
 		e.stepDown(fmt.Sprintf("could not renew the lease in time: %v", err))
 	default:
+		// An unknown outcome included: the next renewal finds the
+		// record still this term's either way.
 		e.log.Warn("lease renewal failed; retrying", "error", err)
 	}
 }
 
 // stepDown stops every role, newest first. The lease is left as it is.
 func (e *Election) stepDown(why string) {
-	if e.term == nil {
+	t := e.term
+	if t == nil {
 		return
 	}
+	t.ended.Store(true)
+	e.leading.Store(nil)
 	for i := len(e.roles) - 1; i >= 0; i-- {
 		e.roles[i].Follow()
 	}
-	e.log.Warn("stepped down", "reason", why, "epoch", e.term.epoch)
-	e.term, e.held = nil, nil
+	e.log.Warn("stepped down", "reason", why, "epoch", t.epoch)
+	e.term = nil
 	e.leader.Store(0)
 }
 
-// release rewrites the lease this member holds as l (resigned or handed
-// off), if it still holds it.
-func (e *Election) release(ctx context.Context, l lease) error {
+// release rewrites the lease of epoch, if this member still holds it, as
+// resigned (target 0) or handed to target.
+func (e *Election) release(ctx context.Context, epoch, target uint64) error {
 	tx, err := e.eng.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Discard()
-	cur, err := getOrNil(tx, leaseKey)
+	b, err := getOrNil(tx, leaseKey)
 	if err != nil {
 		return err
 	}
-	if old, err := decodeLease(cur); err != nil || old.id != l.id || old.epoch != l.epoch {
+	cur, err := decodeLease(b)
+	if err != nil || cur.id != e.opts.ID || cur.epoch != epoch {
 		return ErrNotLeader
 	}
-	if err := tx.PutIf(leaseKey, l.encode(), cur); err != nil {
+	next := lease{id: cur.id, epoch: epoch, target: target}
+	if target != 0 {
+		next.seq = cur.seq + 1
+	}
+	if err := tx.PutIf(leaseKey, next.encode(), b); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
 // Resign stops leading, if this member leads, and frees the lease at
-// once, so another member need not wait for it to expire. Call it when a
-// member shuts down.
+// once, so another member need not wait for it to expire. Run resigns
+// when its context ends; if Run goes on, this member may be elected
+// again.
 func (e *Election) Resign(ctx context.Context) error {
 	e.step.Lock()
 	defer e.step.Unlock()
@@ -452,7 +653,7 @@ func (e *Election) Resign(ctx context.Context) error {
 		return nil
 	}
 	e.stepDown("resigned")
-	return e.release(ctx, lease{id: e.opts.ID, epoch: t.epoch})
+	return e.release(ctx, t.epoch, 0)
 }
 
 // MoveLeader hands leadership to the live member target and waits until
@@ -477,7 +678,7 @@ func (e *Election) MoveLeader(ctx context.Context, target uint64) error {
 		return ErrNotLeader
 	}
 	e.stepDown(fmt.Sprintf("moving leadership to %x", target))
-	err = e.release(ctx, lease{id: e.opts.ID, epoch: t.epoch, expiry: time.Now().Add(e.opts.Lease), target: target})
+	err = e.release(ctx, t.epoch, target)
 	e.step.Unlock()
 	if err != nil {
 		return fmt.Errorf("move leader: %w", err)
@@ -523,7 +724,9 @@ func (e *Election) Members(ctx context.Context) ([]*pb.Member, error) {
 	end := append(bytes.Clone(memberPrefix[:len(memberPrefix)-1]), memberPrefix[len(memberPrefix)-1]+1)
 	it := snap.Iterate(memberPrefix, end, false)
 	defer it.Close()
-	live := time.Now().Add(-3 * e.opts.Lease).UnixNano()
+	// Wall-clock times from other hosts, for the list only: no
+	// decision of the election rests on them.
+	live := e.wall().Add(-3 * e.opts.Lease).UnixNano()
 	var out []*pb.Member
 	for ; it.Valid(); it.Next() {
 		k := it.Key()
@@ -568,9 +771,35 @@ type Term struct {
 	rec     []byte // the leader record as this term wrote it
 	epoch   uint64
 	deposed atomic.Bool
+	ended   atomic.Bool // stepped down or never started
+	// until is when the term stops holding unless renewed, on the
+	// election's monotonic clock (Election.now).
+	until atomic.Int64
 }
 
 var _ mvcc.Fencer = (*Term)(nil)
+
+// extendFrom makes the term hold until Lease - Margin after start, the
+// moment before its last successful write of the lease record began.
+func (t *Term) extendFrom(start time.Duration) {
+	until := int64(start + t.e.opts.Lease - t.e.opts.Margin)
+	for {
+		cur := t.until.Load()
+		if cur >= until || t.until.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// Held reports whether the term still safely holds leadership: it was
+// not deposed or ended, and by this member's monotonic clock less than
+// Lease - Margin has passed since its last successful renewal began, so
+// no other member can have taken the lease over (they wait Lease +
+// Margin after seeing it). ttl's lessor asks it before it renews a lease,
+// as etcd's lessor checks that it is primary.
+func (t *Term) Held() bool {
+	return !t.deposed.Load() && !t.ended.Load() && int64(t.e.now()) < t.until.Load()
+}
 
 // Fence implements mvcc.Fencer. It writes the leader record back
 // unchanged, conditional on it being unchanged: a later election
@@ -588,5 +817,5 @@ func (t *Term) Deposed() {
 	}
 }
 
-// Epoch returns the term's election epoch.
+// Epoch returns the term's election epoch; it implements mvcc.Fencer.
 func (t *Term) Epoch() uint64 { return t.epoch }

@@ -36,6 +36,8 @@ func openShared(t testing.TB) engine.Engine {
 // TestDeposedMidLargeRequest so it needs several engine transactions.
 var largeKeyPad = strings.Repeat("k", 1024)
 
+const largeKeys = 5000
+
 // skipLarge is why TestDeposedMidLargeRequest does not run here: on the
 // mock cluster under the race detector, writing its 5,000 long keys in
 // transactions of several hundred KiB ends in "txn not found" (readers

@@ -45,9 +45,11 @@ type peer struct {
 }
 
 // failoverLease is the election lease of these tests. A leader that
-// stops is replaced within Lease + Margin + Lease/4 (the follower's
-// round) plus the time to re-read the store: about 400ms here.
-const failoverLease = 250 * time.Millisecond
+// stops is replaced within Lease + Margin + Lease/2 (the follower's
+// rounds) plus the time to re-read the store: under a second here. A
+// leader stops answering as one once a round of its election is late
+// by Lease/2; shorter leases make that happen on a busy machine.
+const failoverLease = 500 * time.Millisecond
 
 func startPeer(t testing.TB, eng engine.Engine, name string) *peer {
 	t.Helper()
@@ -89,7 +91,11 @@ func startPeerWith(t testing.TB, eng engine.Engine, name string, tokens auth.Tok
 	sctx, m.stopSrv = context.WithCancel(context.Background())
 	ectx, m.stopEl = context.WithCancel(context.Background())
 	go func() { m.served <- m.srv.Serve(sctx) }()
-	go m.el.Run(ectx)
+	if err := m.el.Join(ectx); err != nil {
+		t.Fatal(err)
+	}
+	// Not Run: stop ends the peer as a crash would, without resigning.
+	go m.el.run(ectx, false)
 	m.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{m.addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"testing"
 
 	"github.com/settdb/sett/engine"
 )
@@ -18,6 +19,9 @@ type faultEngine struct {
 	pause chan chan struct{} // if set, each commit hands over a channel and waits on it
 	// skip is how many commits go through before pause applies.
 	skip int
+	// holds receives a channel from each dropThenHold commit, which
+	// returns once the channel is closed.
+	holds chan chan struct{}
 }
 
 type fault int
@@ -25,6 +29,8 @@ type fault int
 const (
 	commitThenUnknown fault = iota + 1 // the commit lands, the caller hears ErrUndetermined
 	dropThenUnknown                    // the commit does not land, same answer
+	dropThenHold                       // as dropThenUnknown, answered only once the test lets it (holds)
+	noFault                            // the commit goes through: a place holder in a plan
 )
 
 // inject makes the next commits fail as the faults say, one each.
@@ -80,6 +86,22 @@ func (t *faultTxn) Commit(ctx context.Context) error {
 	case dropThenUnknown:
 		t.Txn.Discard()
 		return engine.ErrUndetermined
+	case dropThenHold:
+		t.Txn.Discard()
+		resume := make(chan struct{})
+		t.e.holds <- resume
+		<-resume
+		return engine.ErrUndetermined
 	}
 	return t.Txn.Commit(ctx)
+}
+
+// resumer returns a func that closes resume once; it also runs when the
+// test ends, so that a test that fails leaves no commit waiting (the
+// stores could not close).
+func resumer(t testing.TB, resume chan struct{}) func() {
+	var once sync.Once
+	f := func() { once.Do(func() { close(resume) }) }
+	t.Cleanup(f)
+	return f
 }

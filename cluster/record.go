@@ -4,15 +4,15 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"time"
 )
 
 // The election keeps its records in the engine under the prefix 'c',
 // which mvcc's table of prefixes (mvcc/key.go) reserves for it:
 //
 //	cleader             id, epoch            who was elected last
-//	clease              id, epoch, expiry,   how long that member leads,
-//	                    handoff target       renewed while it does
+//	clease              id, epoch, renewal   that member's lease, renewed
+//	                    number, handoff      while it leads (see lease)
+//	                    target
 //	cmember/ + BE(id)   JSON member record   client URLs and a heartbeat
 //
 // The leader record changes only when a member is elected, and every
@@ -46,41 +46,39 @@ func decodeLeader(b []byte) (leader, error) {
 	return leader{id: binary.BigEndian.Uint64(b), epoch: binary.BigEndian.Uint64(b[8:])}, nil
 }
 
-// lease is the content of the lease record. Expiry is wall-clock time
-// on the leader's clock: other members trust it only with a margin for
-// drift (see Options.Margin). A zero expiry means the leader resigned;
-// a handoff target means it handed leadership to that member, which may
-// take it at once while the others wait for the expiry.
+// lease is the content of the lease record. It holds no time: a member
+// measures how long the record has gone unchanged by its own clock (see
+// Election.free). seq numbers the record's writes within the term, from
+// 1, so that every renewal changes it; 0 means the leader resigned. A
+// handoff target means the leader handed leadership to that member,
+// which may take it at once while the others wait for it to run out.
 type lease struct {
 	id, epoch uint64
-	expiry    time.Time
+	seq       uint64
 	target    uint64
 }
 
 func (l lease) encode() []byte {
 	b := binary.BigEndian.AppendUint64(nil, l.id)
 	b = binary.BigEndian.AppendUint64(b, l.epoch)
-	var exp int64
-	if !l.expiry.IsZero() {
-		exp = l.expiry.UnixNano()
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(exp))
+	b = binary.BigEndian.AppendUint64(b, l.seq)
 	return binary.BigEndian.AppendUint64(b, l.target)
 }
 
+// decodeLease decodes a lease record; nil is the lease never held.
 func decodeLease(b []byte) (lease, error) {
+	if b == nil {
+		return lease{}, nil
+	}
 	if len(b) != 32 {
 		return lease{}, errBadRecord
 	}
-	l := lease{
+	return lease{
 		id:     binary.BigEndian.Uint64(b),
 		epoch:  binary.BigEndian.Uint64(b[8:]),
+		seq:    binary.BigEndian.Uint64(b[16:]),
 		target: binary.BigEndian.Uint64(b[24:]),
-	}
-	if exp := int64(binary.BigEndian.Uint64(b[16:])); exp != 0 {
-		l.expiry = time.Unix(0, exp)
-	}
-	return l, nil
+	}, nil
 }
 
 // member is the content of a member record.
@@ -90,6 +88,9 @@ type member struct {
 	// Heartbeat is when the member last wrote the record, in Unix
 	// nanoseconds on its clock.
 	Heartbeat int64 `json:"heartbeat"`
+	// Incarnation is a random number the member's process picked: a
+	// record with another one was written by another process.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 func memberKey(id uint64) []byte {

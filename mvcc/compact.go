@@ -17,6 +17,13 @@ import (
 // of the history it makes unreachable. With physical set it returns only
 // once that removal is done. The revision does not change.
 func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	// The view before the compaction, on which the hash HashKV keeps
+	// answering at the revision is taken (see HashKV).
+	pre, release, preErr := s.snapshotView()
+	if preErr != nil {
+		release = func() {}
+	}
+	hashable := false
 	resp, err := s.submit(ctx, func(w *writer) (any, error) {
 		switch {
 		case r.Revision <= w.compact:
@@ -28,10 +35,17 @@ func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 		if err := putInt(w.tx, metaCompact, r.Revision); err != nil {
 			return nil, err
 		}
+		// Only if no other compaction came in between.
+		hashable = preErr == nil && pre.compact == w.compact
 		w.compact = r.Revision
 		w.hooks = append(w.hooks, s.cleaner.wake)
 		return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: w.begin}}, nil
 	})
+	if err != nil || !hashable {
+		release()
+	} else {
+		s.hasher.record(r.Revision, pre, release)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -41,6 +55,18 @@ func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 		}
 	}
 	return resp.(*pb.CompactionResponse), nil
+}
+
+// hashNow is HashKV at rev computed on the store as it stands, without
+// the answer a compaction recorded.
+func (s *Store) hashNow(rev int64) (KVHash, error) {
+	v, done, err := s.snapshotView()
+	if err != nil {
+		return KVHash{}, err
+	}
+	defer done()
+	h, _, err := v.hashKV(context.Background(), rev)
+	return h, err
 }
 
 // cleaner removes compacted history in the background, in bounded

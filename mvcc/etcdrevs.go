@@ -144,7 +144,7 @@ func (im *EtcdImporter) AuthRecord(name string, v []byte) error {
 func (im *EtcdImporter) Finish(st EtcdState) error {
 	rev := max(st.Rev, im.lastMain, st.Compact, st.Cleaned, 1)
 	compact := max(st.Compact, st.Cleaned)
-	if err := im.put(metaState, stateRecord(rev, st.Applied)); err != nil {
+	if err := im.put(metaState, stateRecord(rev, st.Applied, 0)); err != nil {
 		return err
 	}
 	// Written in this code's layout, so opening it has nothing to upgrade.
@@ -205,9 +205,11 @@ func (im *EtcdImporter) put(k, v []byte) error {
 // no watch can start there.
 func ExportEtcd(r engine.Reader, fn func(EtcdRevision) error) (EtcdState, []Lease, error) {
 	st := EtcdState{Rev: 1, Compact: -1, Cleaned: -1}
-	if b, err := r.Get(metaState); err == nil && len(b) == 16 {
-		st.Rev, st.Applied = int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:])
-	} else if err != nil && !errors.Is(err, engine.ErrNotFound) {
+	if b, err := r.Get(metaState); err == nil {
+		if st.Rev, st.Applied, _, err = decodeState(b); err != nil {
+			return st, nil, err
+		}
+	} else if !errors.Is(err, engine.ErrNotFound) {
 		return st, nil, fmt.Errorf("read state: %w", err)
 	}
 	compact, err := readInt(r, metaCompact, -1)

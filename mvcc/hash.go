@@ -2,9 +2,12 @@ package mvcc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"hash"
 	"hash/crc32"
+
+	"github.com/settdb/sett/engine"
 )
 
 // castagnoli is the CRC-32 polynomial etcd hashes with.
@@ -31,13 +34,51 @@ type KVHash struct {
 // hash alike at every revision both still hold, and so does a store
 // restored from a backup of either. The encoding hashed is sett's own,
 // so the number is not comparable with etcd's.
+//
+// A compaction at C changes what is hashed at C and above. So that the
+// hash at C does not change under whoever compares it over time
+// (corruption checks), Compact records the hash at C as it stood just
+// before (computed in the background, on a snapshot taken before), and
+// HashKV(C) answers that, as etcd's does; asked while it is being
+// computed, HashKV waits for it. etcd keeps its last ten such hashes in
+// memory; sett keeps the last one, durably, so it also survives a
+// restart and travels in sett's own snapshots.
 func (s *Store) HashKV(rev int64) (KVHash, int64, error) {
+	s.hasher.wait(rev)
 	v, done, err := s.snapshotView()
 	if err != nil {
 		return KVHash{}, 0, err
 	}
 	defer done()
-	if rev, err = v.checkRev(rev); err != nil {
+	if h, ok := compactHash(v.r); ok && rev > 0 && h.Revision == rev && rev <= v.rev {
+		return h, v.rev, nil
+	}
+	return v.hashKV(context.Background(), rev)
+}
+
+// compactHash reads the hash the last compaction recorded.
+func compactHash(r engine.Reader) (KVHash, bool) {
+	b, err := r.Get(metaCompactHash)
+	if err != nil || len(b) != 20 {
+		return KVHash{}, false
+	}
+	return KVHash{
+		Hash:            binary.BigEndian.Uint32(b),
+		CompactRevision: int64(binary.BigEndian.Uint64(b[4:])),
+		Revision:        int64(binary.BigEndian.Uint64(b[12:])),
+	}, true
+}
+
+func putCompactHash(tx engine.Txn, h KVHash) error {
+	b := binary.BigEndian.AppendUint32(nil, h.Hash)
+	b = binary.BigEndian.AppendUint64(b, uint64(h.CompactRevision))
+	return tx.Put(metaCompactHash, binary.BigEndian.AppendUint64(b, uint64(h.Revision)))
+}
+
+// hashKV is HashKV on one view; it gives up when ctx ends.
+func (v *view) hashKV(ctx context.Context, rev int64) (KVHash, int64, error) {
+	rev, err := v.checkRev(rev)
+	if err != nil {
 		return KVHash{}, v.rev, err
 	}
 	h := crc32.New(castagnoli)
@@ -46,7 +87,10 @@ func (s *Store) HashKV(rev int64) (KVHash, int64, error) {
 	defer it.Close()
 	var group []byte
 	newest := false // the key's newest version <= rev is yet to come
-	for ; it.Valid(); it.Next() {
+	for n := 0; it.Valid(); it.Next() {
+		if n++; n%1024 == 0 && ctx.Err() != nil {
+			return KVHash{}, v.rev, ctx.Err()
+		}
 		raw, gl, orev, err := splitKey(it.Key())
 		if err != nil {
 			return KVHash{}, v.rev, err
@@ -139,10 +183,11 @@ func newStoreHasher() *storeHasher {
 // add hashes one entry. Of the state record only the revision counts:
 // the applied index beside it also counts requests that change nothing
 // (health checks, alarms), which differ between stores with the same
-// data, as etcd's Hash leaves out its consistent index.
+// data, as etcd's Hash leaves out its consistent index; the epoch a
+// clustered store adds says only which leader wrote it.
 func (h *storeHasher) add(k, v []byte) {
 	h.entries++
-	if bytes.Equal(k, metaState) && len(v) == 16 {
+	if bytes.Equal(k, metaState) && (len(v) == 16 || len(v) == 24) {
 		h.rev = int64(binary.BigEndian.Uint64(v))
 		v = v[:8]
 	}

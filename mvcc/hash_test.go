@@ -116,8 +116,16 @@ func TestHashKVSameHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	markCompacted(t, pending, pendingDB, 9)
+	// At the compacted revision HashKV answers as before (see HashKV).
+	if h := hashKV(t, cleaned, 9); h != before[9] {
+		t.Fatalf("HashKV(9) after compacting at 9: %+v, before: %+v", h, before[9])
+	}
 	for rev := int64(9); rev <= 12; rev++ {
-		a, b := hashKV(t, cleaned, rev), hashKV(t, pending, rev)
+		a, err := cleaned.hashNow(rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := hashKV(t, pending, rev)
 		if a != b {
 			t.Fatalf("after compaction, rev %d: cleaned %+v, pending %+v", rev, a, b)
 		}

@@ -15,6 +15,7 @@ import (
 //	'k' keys:    'k' + esc(raw) + ^BE(rev)  one object per version
 //	'l' leases:  'l' + BE(id)               granted TTL of each lease (lease.go)
 //	'm' meta:    'm' + name                 store-wide state (the names below)
+//	'p' members: 'p' + BE(id)               a single node's member records (member.go)
 //	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
@@ -160,11 +161,12 @@ func splitLogKey(k []byte) (rev int64, sub int, err error) {
 }
 
 var (
-	metaState   = []byte("mstate")   // current revision and applied index
-	metaCompact = []byte("mcompact") // compact revision requested
-	metaCleaned = []byte("mcleaned") // compact revision fully cleaned up
-	metaMember  = []byte("mmember")  // cluster and member ids, raft term
-	metaLayout  = []byte("mlayout")  // version of the key layout above
-	metaAlarms  = []byte("malarms")  // active alarms (alarm.go)
-	metaPending = []byte("mpending") // revision a large request is writing (spill.go)
+	metaState       = []byte("mstate")       // revision, applied index, writer's epoch
+	metaCompact     = []byte("mcompact")     // compact revision requested
+	metaCleaned     = []byte("mcleaned")     // compact revision fully cleaned up
+	metaMember      = []byte("mmember")      // cluster and member ids, raft term
+	metaLayout      = []byte("mlayout")      // version of the key layout above
+	metaAlarms      = []byte("malarms")      // active alarms (alarm.go)
+	metaPending     = []byte("mpending")     // revision a large request is writing (spill.go)
+	metaCompactHash = []byte("mcompacthash") // HashKV at the compact revision before it (hash.go)
 )

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -44,9 +45,15 @@ type Fencer interface {
 	// the commit with engine.ErrConflict once another member has been
 	// elected since this term began.
 	Fence(tx engine.Txn) error
-	// Deposed is told when a fenced commit failed that check: the store
-	// has stopped leading, and the member should too.
+	// Deposed is told when a fenced commit failed that check, or when a
+	// commit's outcome could not be learned: the store has stopped
+	// leading, and the member should too.
 	Deposed()
+	// Epoch identifies the term: no other term, on any member, has the
+	// same. The store stamps it on the state record of every commit, so
+	// that a record read back after an unknown outcome tells this term's
+	// own commit from another leader's that reached the same revision.
+	Epoch() uint64
 }
 
 // term is the leadership a store writes under.
@@ -55,6 +62,8 @@ type term struct {
 	// store's, with each commit fenced.
 	eng   engine.Engine
 	fence Fencer
+	// epoch is fence's epoch, 0 for a store alone on its engine.
+	epoch uint64
 }
 
 // fencedEngine adds the term's fence to every transaction, so that no
@@ -93,7 +102,7 @@ func (s *Store) Leading() bool { return s.term.Load() != nil }
 // revision it assigns follows the last one committed by anyone.
 func (s *Store) Lead(ctx context.Context, f Fencer) error {
 	return s.control(ctx, func() error {
-		t := &term{eng: fencedEngine{Engine: s.eng, fence: f}, fence: f}
+		t := &term{eng: fencedEngine{Engine: s.eng, fence: f}, fence: f, epoch: f.Epoch()}
 		if err := upgradeLayout(ctx, t.eng); err != nil {
 			return fmt.Errorf("lead: %w", err)
 		}
@@ -158,6 +167,9 @@ func (s *Store) control(ctx context.Context, f func() error) error {
 type state struct {
 	rev, compact, cleaned int64
 	applied               uint64
+	// epoch is the leadership term whose commit wrote the state record
+	// (0: a store alone on its engine, or a record older than epochs).
+	epoch uint64
 }
 
 // readState reads the state records. A new store is at revision 1 with
@@ -176,13 +188,39 @@ func readHead(r engine.Reader) (state, error) {
 	st := state{rev: 1, compact: -1, cleaned: -1}
 	b, err := r.Get(metaState)
 	switch {
-	case err == nil && len(b) == 16:
-		st.rev, st.applied = int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:])
-	case err != nil && !errors.Is(err, engine.ErrNotFound):
+	case err == nil:
+		if st.rev, st.applied, st.epoch, err = decodeState(b); err != nil {
+			return st, err
+		}
+	case !errors.Is(err, engine.ErrNotFound):
 		return st, fmt.Errorf("read state: %w", err)
 	}
 	st.compact, err = readInt(r, metaCompact, st.compact)
 	return st, err
+}
+
+// stateRecord encodes metaState: the current revision, the applied
+// index and, for a clustered store, the epoch of the term that wrote it.
+// A store alone on its engine writes no epoch, so its record reads as it
+// always did.
+func stateRecord(rev int64, applied, epoch uint64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(rev))
+	b = binary.BigEndian.AppendUint64(b, applied)
+	if epoch != 0 {
+		b = binary.BigEndian.AppendUint64(b, epoch)
+	}
+	return b
+}
+
+func decodeState(b []byte) (rev int64, applied, epoch uint64, err error) {
+	if len(b) != 16 && len(b) != 24 {
+		return 0, 0, 0, fmt.Errorf("read state: %w", errBadRecord)
+	}
+	rev, applied = int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:])
+	if len(b) == 24 {
+		epoch = binary.BigEndian.Uint64(b[16:])
+	}
+	return rev, applied, epoch, nil
 }
 
 // reload reads the store's state and leases from a fresh snapshot and
@@ -272,9 +310,19 @@ func (s *Store) deliver(rev int64, events []Event) {
 // resolve learns whether the batch that would have moved the state from
 // (rev, applied) to (nextRev, nextApplied) committed, after its commit
 // returned engine.ErrUndetermined. It reads the state record in a fenced
-// transaction that writes it back unchanged: if that commits, the state
-// it read is final, since the batch (which wrote the same record) can no
-// longer commit after it. An error means the outcome stays unknown.
+// transaction:
+//
+//   - The record is the batch's, stamped with this term's epoch: the
+//     batch landed. No other batch can have written it: only this term
+//     stamps its epoch, and it commits one batch at a time. A revision
+//     and applied index alone would not do: another leader, elected
+//     meanwhile, may have committed a batch that reached the same ones.
+//   - The record still holds (rev, applied): the transaction writes it
+//     back unchanged (PutIf) and commits. Once that commits the term
+//     still holds (the commit is fenced) and the batch, which wrote the
+//     same record, can no longer commit after it: it did not land.
+//   - Anything else (the record moved under the leader) leaves the
+//     outcome undecided, as does any error.
 func (s *Store) resolve(t *term, rev int64, applied uint64, nextRev int64, nextApplied uint64) (bool, error) {
 	tx, err := t.eng.Begin()
 	if err != nil {
@@ -285,17 +333,21 @@ func (s *Store) resolve(t *term, rev int64, applied uint64, nextRev int64, nextA
 	if err != nil && !errors.Is(err, engine.ErrNotFound) {
 		return false, err
 	}
-	switch {
-	case string(cur) == string(stateRecord(nextRev, nextApplied)):
-		// Committed state is final: the batch landed.
+	found := err == nil
+	if found && bytes.Equal(cur, stateRecord(nextRev, nextApplied, t.epoch)) {
 		return true, nil
-	case err == nil && string(cur) != string(stateRecord(rev, applied)):
-		return false, fmt.Errorf("state moved to %x under the leader", cur)
 	}
-	if err == nil {
+	if found {
+		r, a, _, err := decodeState(cur)
+		if err != nil {
+			return false, err
+		}
+		if r != rev || a != applied {
+			return false, fmt.Errorf("state moved to %x under the leader", cur)
+		}
 		err = tx.PutIf(metaState, cur, cur)
 	} else {
-		err = tx.PutIf(metaState, stateRecord(rev, applied), nil)
+		err = tx.PutIf(metaState, stateRecord(rev, applied, t.epoch), nil)
 	}
 	if err != nil {
 		return false, err

@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"syscall"
@@ -178,7 +177,7 @@ func (s *Store) commit(batch []*request) int {
 			notify = append(notify, committed{rev: rev, events: w.events})
 		}
 	}
-	if err := tx.Put(metaState, stateRecord(rev, applied)); err != nil {
+	if err := tx.Put(metaState, stateRecord(rev, applied, t.epoch)); err != nil {
 		abort()
 		switch {
 		case errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1:
@@ -314,10 +313,23 @@ func (s *Store) commitLarge(req *request) {
 			rev++
 			notify = []committed{{rev: rev, events: w.events}}
 		}
-		err = tx.finish(stateRecord(rev, applied))
+		err = tx.finish(stateRecord(rev, applied, t.epoch))
 	}
-	if errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrAborted) ||
-		errors.Is(err, engine.ErrConflict) && t.fence != nil {
+	switch {
+	case errors.Is(err, errPartial) && (errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrConflict) && t.fence != nil):
+		// A lost fence or a failed disk stops the store whichever commit
+		// met it.
+		s.commitFailed(t, err, rev, applied, 1)
+		err = fmt.Errorf("%w: %w", ErrNotCommitted, err)
+	case errors.Is(err, errPartial):
+		// Whatever became of the failed commit, the request did not
+		// take effect (see spillTxn): its writes are taken back below.
+		// Resolving it as the last commit is resolved would compare the
+		// state record with a state this request never reached.
+		s.log.Warn("a large request's intermediate commit failed; taking it back", "error", err, "revision", rev+1)
+		err = fmt.Errorf("%w: %w", ErrNotCommitted, err)
+	case errors.Is(err, engine.ErrUndetermined) || errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrAborted) ||
+		errors.Is(err, engine.ErrConflict) && t.fence != nil:
 		err = s.commitFailed(t, err, rev, applied, 1)
 	}
 	if err != nil {
@@ -333,10 +345,18 @@ func (s *Store) commitLarge(req *request) {
 			return
 		}
 		if uerr := undoRevision(t.eng, s.rev.Load()+1); uerr != nil {
-			// The partial writes stay until the store is opened again;
-			// writing on would mix them into the next revision.
-			s.broken = fmt.Errorf("a failed request could not be taken back: %w", uerr)
-			s.log.Error("store stops taking writes", "error", s.broken)
+			// The partial writes stay, and with them metaPending; writing
+			// on would mix them into the next revision, which recovery
+			// would then take back whole, acknowledged writes included.
+			if t.fence != nil {
+				// The next leader's Lead takes them back.
+				s.log.Error("a failed request could not be taken back; stepping down", "error", uerr)
+				s.depose(t, "a failed request could not be taken back")
+			} else {
+				// Opening the store again takes them back.
+				s.broken = fmt.Errorf("a failed request could not be taken back: %w", uerr)
+				s.log.Error("store stops taking writes", "error", s.broken)
+			}
 		}
 		if errors.Is(err, engine.ErrTxnTooBig) {
 			err = ErrTooLarge
@@ -348,12 +368,6 @@ func (s *Store) commitLarge(req *request) {
 		"engine_transactions", tx.commits+1)
 	s.publish(rev, w.compact, applied, w.keys, notify, w.hooks)
 	req.done <- result{resp: resp}
-}
-
-// stateRecord encodes the current revision and applied index for metaState.
-func stateRecord(rev int64, applied uint64) []byte {
-	b := binary.BigEndian.AppendUint64(nil, uint64(rev))
-	return binary.BigEndian.AppendUint64(b, applied)
 }
 
 func failAll(batch []*request, err error) int {

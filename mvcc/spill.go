@@ -28,6 +28,16 @@ import (
 // Writes outside the key space and the change log (lease records, store
 // state) cannot be taken back that way; they are held in memory and
 // written by the last transaction.
+//
+// Only the last transaction decides whether the request took effect: it
+// alone moves the state record. So when an earlier one fails in any way,
+// an unknown outcome included, the request has not taken effect and never
+// will (the last transaction is never committed); what the earlier ones
+// may have written is taken back before the revision is used again.
+
+// errPartial marks the failure of a large request's commit other than
+// its last: the request did not take effect, whatever the cause says.
+var errPartial = errors.New("mvcc: a large request's intermediate commit failed")
 
 // spillTxn is an engine.Txn that commits to the engine and carries on in
 // a new transaction whenever the current one is full.
@@ -105,7 +115,7 @@ func (t *spillTxn) retry(op func(engine.Txn) error) error {
 	}
 	if err := t.cur.Commit(context.Background()); err != nil {
 		t.cur = nil
-		return err
+		return fmt.Errorf("%w: %w", errPartial, err)
 	}
 	t.commits++
 	if t.cur, err = t.eng.Begin(); err != nil {

@@ -67,6 +67,7 @@ type Store struct {
 	broken error
 
 	cleaner *cleaner
+	hasher  *compactHasher
 	leases  *leaseTable
 	counts  *countCache
 	live    *liveCounts
@@ -112,6 +113,7 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 	}
 	s.delivered = s.rev.Load()
 	s.cleaner = newCleaner(s, cleaned)
+	s.hasher = newCompactHasher(s)
 	go s.sequence()
 	go s.cleaner.run()
 	s.log.Info("store opened", "revision", s.rev.Load(), "compact_revision", s.compact.Load(), "leading", s.Leading())
@@ -184,6 +186,14 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close stops accepting writes, commits those already queued, waits for
 // the sequencer and compactor to stop, and leaves the engine open.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	// Before the sequencer stops: a hash being recorded goes through it.
+	s.hasher.stop()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

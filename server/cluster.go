@@ -1,26 +1,93 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // singlePeerURL is the peer URL a single-node etcd reports by default.
 const singlePeerURL = "http://localhost:2380"
+
+// maxLearners is etcd's default --max-learners.
+const maxLearners = 1
+
+// Membership, as etcd answers it with --strict-reconfig-check (its
+// default) on a cluster of one member that never has a peer:
+//
+//   - MemberUpdate of this member records its peer URLs.
+//   - MemberAdd of a voting member is refused: the new member would have
+//     to start for the cluster to keep a quorum (not enough started
+//     members). A learner is recorded and listed, and, since nothing will
+//     ever start as it, never becomes ready to promote.
+//   - MemberRemove removes a learner; this member cannot remove itself
+//     (it would leave no quorum).
+//   - MemberPromote: a voting member is not a learner; a learner is not in
+//     sync.
+//
+// The records are kept in the store (mvcc's member records), so an
+// acknowledged change survives a restart. Clustered members join by
+// starting over the shared engine and leave by stopping (see
+// docs/CLUSTERING.md); there, MemberAdd, MemberRemove and MemberUpdate of
+// a member refuse with Unimplemented rather than pretend.
+
+// memberRecord is a member record's content.
+type memberRecord struct {
+	PeerURLs  []string `json:"peerURLs"`
+	IsLearner bool     `json:"isLearner,omitempty"`
+}
+
+// MemberStore keeps member records durably (mvcc.Store does).
+type MemberStore interface {
+	MemberRecords() (map[uint64][]byte, error)
+	WriteMember(ctx context.Context, id uint64, record []byte) error
+}
 
 type clusterServer struct {
 	pb.UnimplementedClusterServer
 	s *Server
 }
 
-// MemberList answers with this one member, as a single-node etcd does,
-// or with the live members of a cluster.
+// MemberList answers with this one member and its learners, as a
+// single-node etcd does, or with the live members of a cluster.
 func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	if c.s.cluster != nil {
-		members, err := c.s.cluster.Members(ctx)
+	if err := c.s.requireCaller(ctx); err != nil {
+		return nil, err
+	}
+	members, err := c.s.members(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp := &pb.MemberListResponse{Header: c.s.memberHeader(), Members: members}
+	return resp, nil
+}
+
+// memberHeader is the header of a membership answer: etcd's carry no
+// revision.
+func (s *Server) memberHeader() *pb.ResponseHeader {
+	h := &pb.ResponseHeader{}
+	s.fill(h)
+	h.Revision = 0
+	return h
+}
+
+// members lists the members in ID order, as etcd lists them.
+func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
+	if s.cluster != nil {
+		members, err := s.cluster.Members(ctx)
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, err
 		}
 		for _, m := range members {
 			if len(m.PeerURLs) == 0 {
@@ -30,24 +97,206 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 				m.PeerURLs = []string{singlePeerURL}
 			}
 		}
-		resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{}, Members: members}
-		c.s.fill(resp.Header)
-		resp.Header.Revision = 0
-		return resp, nil
+		return members, nil
 	}
-	resp := &pb.MemberListResponse{
-		Header: &pb.ResponseHeader{},
-		Members: []*pb.Member{{
-			ID:         c.s.memberID,
-			Name:       c.s.cfg.Name,
-			PeerURLs:   []string{singlePeerURL},
-			ClientURLs: c.s.clientURLs(),
-		}},
+	records, err := s.memberRecords()
+	if err != nil {
+		return nil, err
 	}
-	// etcd's membership answers carry no revision.
-	c.s.fill(resp.Header)
-	resp.Header.Revision = 0
-	return resp, nil
+	self := &pb.Member{ID: s.memberID, Name: s.cfg.Name, PeerURLs: []string{singlePeerURL}, ClientURLs: s.clientURLs()}
+	if rec, ok := records[s.memberID]; ok {
+		self.PeerURLs = rec.PeerURLs
+	}
+	out := []*pb.Member{self}
+	for id, rec := range records {
+		if id != s.memberID {
+			out = append(out, &pb.Member{ID: id, PeerURLs: rec.PeerURLs, IsLearner: rec.IsLearner})
+		}
+	}
+	slices.SortFunc(out, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (s *Server) memberRecords() (map[uint64]memberRecord, error) {
+	ms, ok := s.store.(MemberStore)
+	if !ok {
+		return nil, nil
+	}
+	raw, err := ms.MemberRecords()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]memberRecord, len(raw))
+	for id, b := range raw {
+		var rec memberRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, fmt.Errorf("member record %x: %w", id, err)
+		}
+		out[id] = rec
+	}
+	return out, nil
+}
+
+func (s *Server) writeMember(ctx context.Context, id uint64, rec *memberRecord) error {
+	ms, ok := s.store.(MemberStore)
+	if !ok {
+		return status.Error(codes.Unimplemented, "this store keeps no member records")
+	}
+	var b []byte
+	if rec != nil {
+		b, _ = json.Marshal(rec) // strings and a bool: cannot fail
+	}
+	return ms.WriteMember(ctx, id, b)
+}
+
+// errClusteredMembership is the answer to a membership change in
+// clustered mode, where members join and leave by starting and stopping.
+var errClusteredMembership = status.Error(codes.Unimplemented,
+	"sett: clustered members join by starting over the shared engine and leave by stopping; membership changes are not needed")
+
+// changeMembers runs a membership change as the admin, one at a time,
+// with the current members.
+func (c *clusterServer) changeMembers(ctx context.Context, change func(members []*pb.Member) error) ([]*pb.Member, error) {
+	if err := c.s.requireAdmin(ctx); err != nil {
+		return nil, err
+	}
+	c.s.membersMu.Lock()
+	defer c.s.membersMu.Unlock()
+	members, err := c.s.members(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if err := change(members); err != nil {
+		return nil, toGRPC(err)
+	}
+	members, err = c.s.members(ctx)
+	return members, toGRPC(err)
+}
+
+func memberByID(members []*pb.Member, id uint64) *pb.Member {
+	for _, m := range members {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// checkPeerURLs validates peer URLs as etcd does (scheme, host:port, no
+// path) and refuses one another member already has.
+func checkPeerURLs(urls []string, members []*pb.Member, except uint64) error {
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix" && u.Scheme != "unixs") || u.Path != "" {
+			return rpctypes.ErrGRPCMemberBadURLs
+		}
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return rpctypes.ErrGRPCMemberBadURLs
+		}
+	}
+	for _, m := range members {
+		if m.ID == except {
+			continue
+		}
+		for _, u := range urls {
+			if slices.Contains(m.PeerURLs, u) {
+				return rpctypes.ErrGRPCPeerURLExist
+			}
+		}
+	}
+	return nil
+}
+
+func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	var added *pb.Member
+	members, err := c.changeMembers(ctx, func(members []*pb.Member) error {
+		if c.s.cluster != nil {
+			return errClusteredMembership
+		}
+		if err := checkPeerURLs(r.PeerURLs, nil, 0); err != nil {
+			return err
+		}
+		if !r.IsLearner {
+			return rpctypes.ErrGRPCMemberNotEnoughStarted
+		}
+		if err := checkPeerURLs(r.PeerURLs, members, 0); err != nil {
+			return err
+		}
+		learners := 0
+		for _, m := range members {
+			if m.IsLearner {
+				learners++
+			}
+		}
+		if learners+1 > maxLearners {
+			return rpctypes.ErrGRPCTooManyLearners
+		}
+		var b [8]byte
+		rand.Read(b[:])
+		added = &pb.Member{ID: binary.BigEndian.Uint64(b[:]) | 1, PeerURLs: r.PeerURLs, IsLearner: true}
+		return c.s.writeMember(ctx, added.ID, &memberRecord{PeerURLs: r.PeerURLs, IsLearner: true})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberAddResponse{Header: c.s.memberHeader(), Member: added, Members: members}, nil
+}
+
+func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	members, err := c.changeMembers(ctx, func(members []*pb.Member) error {
+		m := memberByID(members, r.ID)
+		switch {
+		case m == nil:
+			return rpctypes.ErrGRPCMemberNotFound
+		case c.s.cluster != nil:
+			return errClusteredMembership
+		case !m.IsLearner:
+			return rpctypes.ErrGRPCMemberNotEnoughStarted
+		}
+		return c.s.writeMember(ctx, r.ID, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberRemoveResponse{Header: c.s.memberHeader(), Members: members}, nil
+}
+
+func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	members, err := c.changeMembers(ctx, func(members []*pb.Member) error {
+		if err := checkPeerURLs(r.PeerURLs, nil, 0); err != nil {
+			return err
+		}
+		m := memberByID(members, r.ID)
+		switch {
+		case m == nil:
+			return rpctypes.ErrGRPCMemberNotFound
+		case c.s.cluster != nil:
+			return errClusteredMembership
+		}
+		if err := checkPeerURLs(r.PeerURLs, members, r.ID); err != nil {
+			return err
+		}
+		return c.s.writeMember(ctx, r.ID, &memberRecord{PeerURLs: r.PeerURLs, IsLearner: m.IsLearner})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberUpdateResponse{Header: c.s.memberHeader(), Members: members}, nil
+}
+
+func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	_, err := c.changeMembers(ctx, func(members []*pb.Member) error {
+		m := memberByID(members, r.ID)
+		switch {
+		case m == nil:
+			return rpctypes.ErrGRPCMemberNotFound
+		case !m.IsLearner:
+			return rpctypes.ErrGRPCMemberNotLearner
+		}
+		// Nothing runs as the learner, so it never catches up.
+		return rpctypes.ErrGRPCLearnerNotReady
+	})
+	return nil, err
 }
 
 func (s *Server) clientURLs() []string {

@@ -11,7 +11,10 @@ import (
 type Election interface {
 	// Leader returns the member ID of the current leader, 0 if none.
 	Leader() uint64
-	// IsLeader reports whether this member leads.
+	// IsLeader reports whether this member leads. A clustered member's
+	// says so only while its leadership cannot have run out (see
+	// cluster.Election.IsLeader): serve a call as leader only while it
+	// holds, and route nothing to this member otherwise.
 	IsLeader() bool
 }
 

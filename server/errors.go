@@ -56,6 +56,9 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaderChanged
 	case errors.Is(err, mvcc.ErrUnknownOutcome):
 		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
+	case errors.Is(err, ttl.ErrNotPrimary):
+		// This member's leadership ended, or may have, under the call.
+		return rpctypes.ErrGRPCNoLeader
 	}
 	for _, e := range authErrors {
 		if errors.Is(err, e.err) {

@@ -57,6 +57,9 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 
 func (k *kvServer) rangeStream(ctx context.Context, r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
 	req := proto.Clone(r).(*pb.RangeRequest)
+	if req.SortTarget != pb.RangeRequest_KEY && req.SortOrder == pb.RangeRequest_NONE && !req.CountOnly {
+		return k.sortedStream(ctx, req, stream)
+	}
 	if req.CountOnly || len(req.RangeEnd) == 0 {
 		resp, err := k.s.store.Range(ctx, req)
 		if err != nil {
@@ -78,6 +81,32 @@ func (k *kvServer) rangeStream(ctx context.Context, r *pb.RangeRequest, stream p
 		return toGRPC(err)
 	}
 	k.s.fill(resp.Header)
+	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+}
+
+// sortedStream answers a range whose sort target is not the key and
+// whose order is NONE: as in Range, etcd sorts such a range ascending by
+// its target, so the whole range is read and sorted, then sent in chunks.
+func (k *kvServer) sortedStream(ctx context.Context, r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+	resp, err := k.s.store.Range(ctx, r)
+	if err != nil {
+		return toGRPC(err)
+	}
+	k.s.fill(resp.Header)
+	kvs, chunk, size := resp.Kvs, 0, 0
+	for i, kv := range kvs {
+		if size += proto.Size(kv); size < k.s.cfg.MaxRequestBytes/4 && i < len(kvs)-1 {
+			continue
+		}
+		if i == len(kvs)-1 {
+			break
+		}
+		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Kvs: kvs[chunk : i+1]}}); err != nil {
+			return err
+		}
+		chunk, size = i+1, 0
+	}
+	resp.Kvs = kvs[chunk:]
 	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,78 +12,165 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// endpoint is one listening URL: its raw listener and whether it speaks
-// TLS.
+// endpoint is one listening address and what it serves. Several URLs
+// may share one: an http and an https URL on one host:port (or a unix
+// and a unixs one on one path) make one endpoint that tells plain and
+// TLS connections apart by their first byte, as etcd's does.
 type endpoint struct {
-	url         string
-	l           net.Listener
-	secure      bool
+	urls []string
+	l    net.Listener
+	// plain and secure say which kinds of connection it takes.
+	plain, secure bool
+	// grpc and http say what it serves: both on --listen-client-urls,
+	// unless --listen-client-http-urls moves HTTP to URLs of its own.
+	grpc, http  bool
 	metricsOnly bool
 }
 
-func listen(raw string) (endpoint, error) {
+// socketOptions are etcd's --socket-reuse-port and --socket-reuse-address.
+type socketOptions struct{ reusePort, reuseAddr bool }
+
+// listenConfig sets the socket options on each listening socket.
+func (o socketOptions) listenConfig() *net.ListenConfig {
+	return &net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if o.reuseAddr {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			}
+			if o.reusePort && serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+}
+
+// address is where a listen URL listens, and whether over TLS.
+func address(raw string) (network, addr string, secure bool, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return endpoint{}, fmt.Errorf("listen url %q: %w", raw, err)
+		return "", "", false, fmt.Errorf("listen url %q: %w", raw, err)
 	}
 	switch u.Scheme {
 	case "http", "https":
-		l, err := net.Listen("tcp", u.Host)
-		if err != nil {
-			return endpoint{}, fmt.Errorf("listen on %s: %w", u.Host, err)
-		}
-		return endpoint{url: raw, l: l, secure: u.Scheme == "https"}, nil
+		return "tcp", u.Host, u.Scheme == "https", nil
 	case "unix", "unixs":
-		path := u.Host + u.Path
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return endpoint{}, fmt.Errorf("remove stale socket %s: %w", path, err)
-		}
-		l, err := net.Listen("unix", path)
-		if err != nil {
-			return endpoint{}, fmt.Errorf("listen on %s: %w", path, err)
-		}
-		// Only the owner may talk to the store, as k3s and kine expect.
-		if err := os.Chmod(path, 0o600); err != nil {
-			l.Close()
-			return endpoint{}, fmt.Errorf("chmod %s: %w", path, err)
-		}
-		return endpoint{url: raw, l: l, secure: u.Scheme == "unixs"}, nil
+		return "unix", u.Host + u.Path, u.Scheme == "unixs", nil
 	}
-	return endpoint{}, fmt.Errorf("listen url %q: unsupported scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
+	return "", "", false, fmt.Errorf("listen url %q: unsupported scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
 }
 
-// serveEndpoint serves gRPC and HTTP on one endpoint until the listener
-// closes.
+func listen(network, addr string, opts socketOptions) (net.Listener, error) {
+	if network == "unix" {
+		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket %s: %w", addr, err)
+		}
+	}
+	lc := &net.ListenConfig{}
+	if network == "tcp" {
+		lc = opts.listenConfig()
+	}
+	l, err := lc.Listen(context.Background(), network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if network == "unix" {
+		// Only the owner may talk to the store, as k3s and kine expect.
+		if err := os.Chmod(addr, 0o600); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("chmod %s: %w", addr, err)
+		}
+	}
+	return l, nil
+}
+
+// serveEndpoint serves an endpoint until its listener closes.
+func (s *Server) serveEndpoint(ep endpoint) error {
+	web := s.clientHTTP
+	if ep.metricsOnly {
+		web = s.metricsHTTP
+	}
+	if !ep.http {
+		web = nil
+	}
+	if !ep.plain || !ep.secure {
+		return s.serveListener(ep.l, ep.secure, ep.grpc, web)
+	}
+	// A TLS connection opens with a handshake record, type 22; no
+	// HTTP/1 request or HTTP/2 preface begins with that byte.
+	m := newSniffer(ep.l, 1, func(head []byte) bool { return head[0] == 0x16 })
+	go m.run()
+	errc := make(chan error, 1)
+	go func() { errc <- s.serveListener(m.match, true, ep.grpc, web) }()
+	err := s.serveListener(m.rest, false, ep.grpc, web)
+	if err2 := <-errc; err == nil {
+		err = err2
+	}
+	return err
+}
+
+// serveListener serves gRPC, HTTP (with web, when not nil) or both on l
+// until it closes.
 //
 // Over plain connections the first bytes tell them apart: gRPC opens with
-// the HTTP/2 preface, health and metrics probes speak HTTP/1. gRPC then
-// runs on grpc-go's own transport, the fast path. Over TLS both may speak
-// HTTP/2, so, as etcd does, one HTTP server takes every connection and
-// hands gRPC requests to grpc-go by content type.
-func (s *Server) serveEndpoint(ep endpoint, tlsConf *tls.Config) error {
-	if ep.secure {
+// the HTTP/2 preface, health and metrics probes and the gateway's callers
+// speak HTTP/1. gRPC then runs on grpc-go's own transport, the fast path.
+// Over TLS both may speak HTTP/2, so, as etcd does, one HTTP server takes
+// every connection and hands gRPC requests to grpc-go by content type.
+func (s *Server) serveListener(l net.Listener, secure, serveGRPC bool, web http.Handler) error {
+	serveHTTP := web != nil
+	if secure {
+		var h http.Handler
+		switch {
+		case serveGRPC && serveHTTP:
+			h = s.dispatch(web)
+		case serveGRPC:
+			h = s.grpc
+		default:
+			h = web
+		}
 		hs := &http.Server{
-			Handler:           s.dispatch(),
-			TLSConfig:         tlsConf,
+			Handler:           h,
+			TLSConfig:         s.tlsConf,
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          quietHTTPLog(),
 		}
 		s.trackHTTP(hs)
-		err := hs.Serve(tls.NewListener(ep.l, tlsConf))
-		if errors.Is(err, http.ErrServerClosed) {
+		err := hs.Serve(tls.NewListener(l, s.tlsConf))
+		if errors.Is(err, http.ErrServerClosed) || errors.Is(err, errListenerClosed) {
 			return nil
 		}
 		return err
 	}
-	m := newSniffer(ep.l)
-	hs := &http.Server{Handler: s.http, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}
-	s.trackHTTP(hs)
-	go m.run()
-	go hs.Serve(m.http)
-	err := s.grpc.Serve(m.grpc)
+	grpcL, httpL := l, l
+	if serveGRPC && serveHTTP {
+		m := newSniffer(l, len(http2Preface), func(head []byte) bool { return string(head) == http2Preface })
+		go m.run()
+		grpcL, httpL = m.match, m.rest
+	}
+	if serveHTTP {
+		hs := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}
+		s.trackHTTP(hs)
+		if !serveGRPC {
+			err := hs.Serve(httpL)
+			if errors.Is(err, http.ErrServerClosed) || errors.Is(err, errListenerClosed) {
+				return nil
+			}
+			return err
+		}
+		go hs.Serve(httpL)
+	}
+	err := s.grpc.Serve(grpcL)
 	if errors.Is(err, errListenerClosed) {
 		return nil
 	}
@@ -91,13 +179,13 @@ func (s *Server) serveEndpoint(ep endpoint, tlsConf *tls.Config) error {
 
 // dispatch routes gRPC requests to the gRPC server and the rest to the
 // HTTP handlers.
-func (s *Server) dispatch() http.Handler {
+func (s *Server) dispatch(web http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			s.grpc.ServeHTTP(w, r)
 			return
 		}
-		s.http.ServeHTTP(w, r)
+		web.ServeHTTP(w, r)
 	})
 }
 
@@ -109,14 +197,16 @@ func (s *Server) trackHTTP(hs *http.Server) {
 
 var errListenerClosed = errors.New("listener closed")
 
-// sniffer splits one listener into a gRPC one and an HTTP/1 one by the
-// first bytes of each connection.
+// sniffer splits one listener in two by the first bytes of each
+// connection: those that match, and the rest.
 type sniffer struct {
-	l          net.Listener
-	grpc, http *chanListener
+	l           net.Listener
+	peek        int
+	matches     func(head []byte) bool
+	match, rest *chanListener
 }
 
-func newSniffer(l net.Listener) *sniffer {
+func newSniffer(l net.Listener, peek int, matches func(head []byte) bool) *sniffer {
 	done := make(chan struct{})
 	var once sync.Once
 	closeAll := func() error {
@@ -124,9 +214,11 @@ func newSniffer(l net.Listener) *sniffer {
 		return l.Close()
 	}
 	return &sniffer{
-		l:    l,
-		grpc: &chanListener{addr: l.Addr(), conns: make(chan net.Conn), done: done, close: closeAll},
-		http: &chanListener{addr: l.Addr(), conns: make(chan net.Conn), done: done, close: closeAll},
+		l:       l,
+		peek:    peek,
+		matches: matches,
+		match:   &chanListener{addr: l.Addr(), conns: make(chan net.Conn), done: done, close: closeAll},
+		rest:    &chanListener{addr: l.Addr(), conns: make(chan net.Conn), done: done, close: closeAll},
 	}
 }
 
@@ -138,21 +230,21 @@ func (m *sniffer) run() {
 	for {
 		c, err := m.l.Accept()
 		if err != nil {
-			m.grpc.close()
+			m.match.close()
 			return
 		}
 		go func() {
 			br := bufio.NewReader(c)
 			c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			head, err := br.Peek(len(http2Preface))
+			head, err := br.Peek(m.peek)
 			c.SetReadDeadline(time.Time{})
 			if err != nil && len(head) == 0 {
 				c.Close()
 				return
 			}
-			to := m.http
-			if string(head) == http2Preface {
-				to = m.grpc
+			to := m.rest
+			if len(head) == m.peek && m.matches(head) {
+				to = m.match
 			}
 			select {
 			case to.conns <- &peekedConn{Conn: c, r: br}:

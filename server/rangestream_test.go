@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/server"
@@ -30,6 +31,7 @@ func TestRangeStreamChunks(t *testing.T) {
 		{Key: []byte("s/"), RangeEnd: []byte("s0")},
 		{Key: []byte("s/"), RangeEnd: []byte("s0"), Limit: 70, KeysOnly: true},
 		{Key: []byte("s/050"), RangeEnd: []byte("s0"), Revision: 30},
+		{Key: []byte("s/"), RangeEnd: []byte("s0"), SortTarget: pb.RangeRequest_CREATE, Limit: 80},
 	} {
 		want, err := kv.Range(ctx, r)
 		if err != nil {
@@ -62,6 +64,48 @@ func TestRangeStreamChunks(t *testing.T) {
 		}
 		if !proto.Equal(got, want) {
 			t.Errorf("%v: merged stream differs from Range:\n%v\n%v", r, got, want)
+		}
+	}
+}
+
+// TestRangeStreamSortTargetNone: a sort target other than the key with
+// no sort order streams ascending by that target, as etcd's RangeStream
+// (like its Range) does; a real etcd answers the same.
+func TestRangeStreamSortTargetNone(t *testing.T) {
+	_, settCli := startSett(t, "", server.Config{})
+	for name, cli := range map[string]*clientv3.Client{"etcd": startEtcd(t), "sett": settCli} {
+		ctx := ctxT(t)
+		for i, v := range []string{"e", "c", "a", "d", "b"} {
+			if _, err := cli.Put(ctx, fmt.Sprintf("v/%d", i), v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kv := pb.NewKVClient(cli.ActiveConnection())
+		for _, target := range []pb.RangeRequest_SortTarget{pb.RangeRequest_VALUE, pb.RangeRequest_MOD} {
+			s, err := kv.RangeStream(ctx, &pb.RangeRequest{Key: []byte("v/"), RangeEnd: []byte("v0"), SortTarget: target})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				m, err := s.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("%s: %v: %v", name, target, err)
+				}
+				for _, kv := range m.RangeResponse.Kvs {
+					got = append(got, string(kv.Value))
+				}
+			}
+			want := "a b c d e"
+			if target == pb.RangeRequest_MOD {
+				want = "e c a d b"
+			}
+			if g := strings.Join(got, " "); g != want {
+				t.Errorf("%s: sort target %v, order NONE: values %q, want %q", name, target, g, want)
+			}
 		}
 	}
 }

@@ -20,7 +20,8 @@ import (
 //	role grant ROLE read|write|readwrite KEY [end=E|prefix|from]
 //	role revoke ROLE KEY [end=E|prefix|from]
 //	watch KEY [end=E|prefix|from]     the first answer of a new watch
-//	status, defrag                    maintenance calls, shown as ok
+//	status, defrag, hashkv, alarms    maintenance calls, shown as ok
+//	members                           MemberList, shown as ok
 //
 // ok is false for a command it does not know.
 func runAuthCase(ctx context.Context, t *testing.T, side *authSide, ws []string) (out string, err error, ok bool) {
@@ -126,6 +127,15 @@ func runAuthCase(ctx context.Context, t *testing.T, side *authSide, ws []string)
 		return done(err)
 	case "defrag":
 		_, err = pb.NewMaintenanceClient(side.conn).Defragment(ctx, &pb.DefragmentRequest{})
+		return done(err)
+	case "hashkv":
+		_, err = pb.NewMaintenanceClient(side.conn).HashKV(ctx, &pb.HashKVRequest{})
+		return done(err)
+	case "alarms":
+		_, err = pb.NewMaintenanceClient(side.conn).Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
+		return done(err)
+	case "members":
+		_, err = pb.NewClusterClient(side.conn).MemberList(ctx, &pb.MemberListRequest{})
 		return done(err)
 	}
 	return "", nil, false

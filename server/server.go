@@ -21,6 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	epb "go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	lpb "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -53,6 +56,12 @@ type Config struct {
 	Name string
 	// ListenClientURLs are http://host:port or unix://path URLs.
 	ListenClientURLs []string
+	// ListenClientHTTPURLs, when set, serve the HTTP endpoints and the
+	// JSON gateway, and ListenClientURLs then serve only gRPC.
+	ListenClientHTTPURLs []string
+	// DisableGateway leaves out the JSON gateway (etcd's
+	// --enable-grpc-gateway=false).
+	DisableGateway bool
 	// AdvertiseClientURLs are the URLs reported to clients.
 	AdvertiseClientURLs []string
 	// MaxRequestBytes bounds a write request (etcd's default 1.5 MiB).
@@ -88,6 +97,28 @@ type Config struct {
 	// ClusterToken names the cluster; members with the same token report
 	// the same cluster ID. Only used with Cluster; default "sett".
 	ClusterToken string
+
+	// SelfSignedCertValidity is how many years an AutoTLS certificate is
+	// valid (etcd's default 1).
+	SelfSignedCertValidity int
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection (etcd's default: 2^32-1).
+	MaxConcurrentStreams uint32
+	// GRPCKeepaliveMinTime is the least time a client should wait between
+	// keepalive pings (etcd's default 5s); GRPCKeepaliveInterval is how
+	// long a quiet connection waits before the server pings it (2h), and
+	// GRPCKeepaliveTimeout how long it then waits for the answer (20s).
+	GRPCKeepaliveMinTime, GRPCKeepaliveInterval, GRPCKeepaliveTimeout time.Duration
+	// CORS lists the origins browsers may call the HTTP endpoints from;
+	// nil or "*": any. HostWhitelist lists the Host headers plain-HTTP
+	// requests may carry (against DNS rebinding); nil or "*": any.
+	CORS, HostWhitelist []string
+	// SocketReusePort and SocketReuseAddr set SO_REUSEPORT and
+	// SO_REUSEADDR on the listening sockets.
+	SocketReusePort, SocketReuseAddr bool
+	// WarningUnaryRequestDuration: a unary request slower than this is
+	// logged as a warning (etcd's default 300ms); negative: never.
+	WarningUnaryRequestDuration time.Duration
 }
 
 // Store is what the server needs of mvcc.
@@ -135,12 +166,26 @@ type Server struct {
 	lessor *ttl.Lessor
 	auth   *auth.Store
 
-	http    http.Handler
+	// http serves the client URLs' HTTP: the JSON gateway and what
+	// metricsHTTP serves; metricsHTTP serves --listen-metrics-urls.
+	http        http.Handler
+	metricsHTTP http.Handler
+	// clientHTTP is http behind --cors and --host-whitelist, as the
+	// client URLs serve it.
+	clientHTTP http.Handler
+	// loop is the in-process connection the gateway and the election
+	// and lock services call the gRPC services through; recipes is the
+	// client those services run etcd's recipes with.
+	loop    *loopback
+	recipes *clientv3.Client
 	metrics *metrics
 	// alarms lists active alarms for the health endpoints; nil: none.
 	alarms  func() []string
 	alarm   *alarmSet
 	tlsConf *tls.Config
+
+	// membersMu runs membership changes one at a time.
+	membersMu sync.Mutex
 
 	mu          sync.Mutex
 	endpoints   []endpoint
@@ -173,6 +218,24 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	if cfg.WatchProgressNotifyInterval == 0 {
 		cfg.WatchProgressNotifyInterval = 10 * time.Minute
+	}
+	if cfg.SelfSignedCertValidity <= 0 {
+		cfg.SelfSignedCertValidity = 1
+	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = 1<<32 - 1
+	}
+	if cfg.GRPCKeepaliveMinTime == 0 {
+		cfg.GRPCKeepaliveMinTime = 5 * time.Second
+	}
+	if cfg.GRPCKeepaliveInterval == 0 {
+		cfg.GRPCKeepaliveInterval = 2 * time.Hour
+	}
+	if cfg.GRPCKeepaliveTimeout == 0 {
+		cfg.GRPCKeepaliveTimeout = 20 * time.Second
+	}
+	if cfg.WarningUnaryRequestDuration == 0 {
+		cfg.WarningUnaryRequestDuration = 300 * time.Millisecond
 	}
 	if cfg.Auth == nil {
 		tokens, _ := auth.NewTokens("simple", 0)
@@ -212,22 +275,21 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	if o, ok := store.(interface{ SetObserver(mvcc.Observer) }); ok {
 		o.SetObserver(s.metrics)
 	}
-	s.http = s.handler()
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(newCodec()),
-		grpc.ChainUnaryInterceptor(s.metrics.unary),
+		grpc.ChainUnaryInterceptor(s.metrics.unary, s.logSlow),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.StatsHandler(byteCounter{s.metrics}),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverhead),
 		grpc.MaxSendMsgSize(1<<31-1),
-		grpc.MaxConcurrentStreams(1<<32-1),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             5 * time.Second,
+			MinTime:             cfg.GRPCKeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    2 * time.Hour,
-			Timeout: 20 * time.Second,
+			Time:    cfg.GRPCKeepaliveInterval,
+			Timeout: cfg.GRPCKeepaliveTimeout,
 		}),
 	)
 	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
@@ -238,6 +300,23 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	loop, err := newLoopback(cfg.MaxRequestBytes)
+	if err != nil {
+		panic(fmt.Sprintf("server: in-process connection: %v", err))
+	}
+	s.loop, s.recipes = loop, newRecipeClient(loop)
+	epb.RegisterElectionServer(s.grpc, &electionServer{s: s, c: s.recipes})
+	lpb.RegisterLockServer(s.grpc, &lockServer{c: s.recipes})
+	s.metricsHTTP = s.handler()
+	s.http = s.metricsHTTP
+	if !cfg.DisableGateway {
+		gateway, err := s.gateway()
+		if err != nil {
+			panic(fmt.Sprintf("server: gateway: %v", err))
+		}
+		s.http = withGateway(gateway, s.metricsHTTP)
+	}
+	s.clientHTTP = s.accessControl(s.http)
 	return s
 }
 
@@ -283,15 +362,22 @@ func (s *Server) admit(m proto.Message) error {
 // Listen opens every client and metrics URL. It is separate from Serve so
 // that a caller learns of a busy port before it reports itself ready.
 func (s *Server) Listen() error {
+	if !s.needsTLS() {
+		if err := s.checkNoTLS(); err != nil {
+			return err
+		}
+	}
 	if s.tlsConf == nil && s.needsTLS() {
 		files := s.cfg.TLS
 		if files.Empty() && s.cfg.AutoTLS {
 			var err error
-			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.cfg.ListenClientURLs))
+			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
 			if err != nil {
 				return fmt.Errorf("auto tls: %w", err)
 			}
-			files.ClientCertAuth, files.TrustedCAFile = s.cfg.TLS.ClientCertAuth, s.cfg.TLS.TrustedCAFile
+			cert, key := files.CertFile, files.KeyFile
+			files = s.cfg.TLS
+			files.CertFile, files.KeyFile = cert, key
 		}
 		if files.Empty() {
 			return errors.New("https or unixs URLs need --cert-file and --key-file, or --auto-tls")
@@ -302,33 +388,111 @@ func (s *Server) Listen() error {
 		}
 		s.tlsConf = conf
 	}
-	for _, set := range []struct {
-		urls    []string
-		metrics bool
-	}{{s.cfg.ListenClientURLs, false}, {s.cfg.ListenMetricsURLs, true}} {
-		for _, raw := range set.urls {
-			ep, err := listen(raw)
-			if err != nil {
-				s.closeListeners()
-				return err
-			}
-			ep.metricsOnly = set.metrics
-			s.mu.Lock()
-			s.endpoints = append(s.endpoints, ep)
-			s.mu.Unlock()
-			s.log.Info("listening", "url", raw, "address", ep.l.Addr().String(), "metrics_only", set.metrics)
+	eps, err := s.endpointsOf()
+	if err != nil {
+		return err
+	}
+	for _, ep := range eps {
+		network, addr, _, _ := address(ep.urls[0])
+		l, err := listen(network, addr, socketOptions{reusePort: s.cfg.SocketReusePort, reuseAddr: s.cfg.SocketReuseAddr})
+		if err != nil {
+			s.closeListeners()
+			return err
 		}
+		ep.l = l
+		s.mu.Lock()
+		s.endpoints = append(s.endpoints, ep)
+		s.mu.Unlock()
+		s.log.Info("listening", "urls", ep.urls, "address", l.Addr().String(), "grpc", ep.grpc, "http", ep.http, "metrics_only", ep.metricsOnly)
+	}
+	return nil
+}
+
+// endpointsOf groups the listen URLs by the address they listen on, as
+// etcd does: an http and an https URL on one host:port share a listener.
+// With --listen-client-http-urls the client URLs serve gRPC only and
+// those URLs HTTP only (the gateway, health, metrics), and one address
+// cannot be both.
+func (s *Server) endpointsOf() ([]endpoint, error) {
+	var eps []endpoint
+	add := func(raw string, grpc, http, metricsOnly bool) error {
+		network, addr, secure, err := address(raw)
+		if err != nil {
+			return err
+		}
+		for i := range eps {
+			ep := &eps[i]
+			if n, a, _, _ := address(ep.urls[0]); n != network || a != addr || port0(addr) {
+				continue
+			}
+			if ep.grpc != grpc || ep.http != http || ep.metricsOnly != metricsOnly {
+				return fmt.Errorf("cannot bind both %s and %s on the same address %s", ep.urls[0], raw, addr)
+			}
+			ep.urls = append(ep.urls, raw)
+			ep.plain, ep.secure = ep.plain || !secure, ep.secure || secure
+			return nil
+		}
+		eps = append(eps, endpoint{urls: []string{raw}, plain: !secure, secure: secure, grpc: grpc, http: http, metricsOnly: metricsOnly})
+		return nil
+	}
+	split := len(s.cfg.ListenClientHTTPURLs) > 0
+	for _, raw := range s.cfg.ListenClientURLs {
+		if err := add(raw, true, !split, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, raw := range s.cfg.ListenClientHTTPURLs {
+		if err := add(raw, false, true, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, raw := range s.cfg.ListenMetricsURLs {
+		if err := add(raw, false, true, true); err != nil {
+			return nil, err
+		}
+	}
+	return eps, nil
+}
+
+// port0 reports whether addr asks for any free port, where two URLs
+// name two listeners.
+func port0(addr string) bool { return strings.HasSuffix(addr, ":0") }
+
+// checkNoTLS refuses client TLS settings when no URL serves TLS: they
+// would be accepted and never applied. The settings etcd applies to its
+// peers as well are only noted: sett has no peers.
+func (s *Server) checkNoTLS() error {
+	f := s.cfg.TLS
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"--client-cert-auth", f.ClientCertAuth},
+		{"--client-crl-file", f.CRLFile != ""},
+		{"--client-cert-allowed-cn", len(f.AllowedCNs) > 0},
+		{"--client-cert-allowed-hostname", len(f.AllowedHostnames) > 0},
+	} {
+		if o.set {
+			return fmt.Errorf("%s needs an https or unixs client URL: no plain connection presents a certificate", o.name)
+		}
+	}
+	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
+		s.log.Info("--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and sett has no peer connections")
 	}
 	return nil
 }
 
 func (s *Server) needsTLS() bool {
-	for _, u := range append(append([]string(nil), s.cfg.ListenClientURLs...), s.cfg.ListenMetricsURLs...) {
+	for _, u := range s.allURLs() {
 		if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://") {
 			return true
 		}
 	}
 	return false
+}
+
+func (s *Server) allURLs() []string {
+	return append(append(append([]string(nil), s.cfg.ListenClientURLs...), s.cfg.ListenClientHTTPURLs...), s.cfg.ListenMetricsURLs...)
 }
 
 func hostsOf(urls []string) []string {
@@ -343,13 +507,14 @@ func hostsOf(urls []string) []string {
 	return hosts
 }
 
-// Addrs returns the addresses of the client URLs being listened on.
+// Addrs returns the addresses of the client URLs being listened on, in
+// the order of --listen-client-urls.
 func (s *Server) Addrs() []net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []net.Addr
 	for _, ep := range s.endpoints {
-		if !ep.metricsOnly {
+		if ep.grpc {
 			out = append(out, ep.l.Addr())
 		}
 	}
@@ -384,15 +549,10 @@ func (s *Server) Serve(ctx context.Context) error {
 			<-followed
 		}()
 	}
+	go s.grpc.Serve(s.loop.l)
 	errc := make(chan error, len(eps))
 	for _, ep := range eps {
-		go func() {
-			if ep.metricsOnly {
-				errc <- s.serveMetrics(ep)
-				return
-			}
-			errc <- s.serveEndpoint(ep, s.tlsConf)
-		}()
+		go func() { errc <- s.serveEndpoint(ep) }()
 	}
 	var err error
 	select {
@@ -404,6 +564,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	close(s.stopping)
 	s.health.Shutdown()
+	// The recipes' client holds streams (its lease keep-alives) on the
+	// loopback that would keep a graceful stop waiting.
+	s.recipes.Close()
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -423,6 +586,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		cancel()
 	}
 	s.closeListeners()
+	s.loop.close()
 	if s.fwd != nil {
 		s.fwd.close()
 	}
@@ -451,21 +615,6 @@ func (s *Server) followAuth(ctx context.Context) {
 			s.log.Warn("cannot read the auth state", "error", err)
 		}
 	}
-}
-
-// serveMetrics serves only the HTTP endpoints, on --listen-metrics-urls.
-func (s *Server) serveMetrics(ep endpoint) error {
-	hs := &http.Server{Handler: s.http, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}
-	s.trackHTTP(hs)
-	l := ep.l
-	if ep.secure {
-		l = tls.NewListener(l, s.tlsConf)
-	}
-	err := hs.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }
 
 func (s *Server) closeListeners() {

@@ -14,23 +14,114 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
 
-// TLSFiles names the client TLS material, as etcd's flags do.
+// TLSFiles names the client TLS material and the rules a connection must
+// meet, as etcd's flags do.
 type TLSFiles struct {
 	CertFile, KeyFile string
 	// TrustedCAFile verifies client certificates when ClientCertAuth is on.
 	TrustedCAFile  string
 	ClientCertAuth bool
+	// CRLFile is a PEM or DER certificate revocation list: a client
+	// whose chain holds a certificate it lists is refused. Re-read when
+	// it changes.
+	CRLFile string
+	// AllowedCNs, when set, admit only client certificates with one of
+	// these common names; AllowedHostnames, only those valid for one of
+	// these host names or IP addresses. At most one of the two is set.
+	AllowedCNs, AllowedHostnames []string
+	// CipherSuites are the TLS 1.2 cipher suites offered (nil: Go's
+	// defaults). TLS 1.3's suites cannot be chosen, in Go as in etcd.
+	CipherSuites []uint16
+	// MinVersion and MaxVersion bound the TLS version; zero: TLS 1.2
+	// and the highest Go supports.
+	MinVersion, MaxVersion uint16
 }
 
 // Empty reports whether no certificate is configured.
 func (f TLSFiles) Empty() bool { return f.CertFile == "" && f.KeyFile == "" }
 
-// reloader serves the certificate and client CAs from files, reading them
-// again when a file changes, so certificates rotate without a restart.
+// Validate refuses settings that cannot all hold, or that would not be
+// applied: a security setting is honoured or refused, never ignored.
+func (f TLSFiles) Validate() error {
+	if len(f.AllowedCNs) > 0 && len(f.AllowedHostnames) > 0 {
+		return fmt.Errorf("--client-cert-allowed-cn %q and --client-cert-allowed-hostname %q are mutually exclusive, as in etcd", f.AllowedCNs, f.AllowedHostnames)
+	}
+	if !f.ClientCertAuth {
+		for _, o := range []struct {
+			name string
+			set  bool
+		}{
+			{"--client-crl-file", f.CRLFile != ""},
+			{"--client-cert-allowed-cn", len(f.AllowedCNs) > 0},
+			{"--client-cert-allowed-hostname", len(f.AllowedHostnames) > 0},
+		} {
+			if o.set {
+				return fmt.Errorf("%s needs --client-cert-auth: without it clients present no certificate, so none could be checked", o.name)
+			}
+		}
+	}
+	if f.MaxVersion != 0 && f.MinVersion > f.MaxVersion {
+		return fmt.Errorf("--tls-min-version (%s) is greater than --tls-max-version (%s)", tls.VersionName(f.MinVersion), tls.VersionName(f.MaxVersion))
+	}
+	if f.MinVersion == tls.VersionTLS13 && len(f.CipherSuites) > 0 {
+		return errors.New("--cipher-suites cannot be set when only TLS1.3 is allowed (--tls-min-version TLS1.3): TLS 1.3's cipher suites are not configurable")
+	}
+	return nil
+}
+
+// ParseTLSVersion reads etcd's names of a TLS version: TLS1.2, TLS1.3, or
+// empty for the default (0).
+func ParseTLSVersion(s string) (uint16, error) {
+	switch s {
+	case "":
+		return 0, nil
+	case "TLS1.2":
+		return tls.VersionTLS12, nil
+	case "TLS1.3":
+		return tls.VersionTLS13, nil
+	}
+	return 0, fmt.Errorf("unexpected TLS version %q (must be one of: TLS1.2, TLS1.3)", s)
+}
+
+// ParseCipherSuites reads cipher suites by the names Go and etcd give
+// them (tls.CipherSuiteName's, and etcd's two short CHACHA20 aliases).
+// TLS 1.3 suites are refused: they would be listed and not applied.
+func ParseCipherSuites(names []string) ([]uint16, error) {
+	byName := map[string]*tls.CipherSuite{}
+	for _, c := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		byName[c.Name] = c
+	}
+	byName["TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"] = byName["TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"]
+	byName["TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305"] = byName["TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"]
+	var ids []uint16
+	for _, n := range names {
+		c := byName[n]
+		if c == nil {
+			return nil, fmt.Errorf("unexpected TLS cipher suite %q", n)
+		}
+		if len(c.SupportedVersions) == 1 && c.SupportedVersions[0] == tls.VersionTLS13 {
+			return nil, fmt.Errorf("cipher suite %q is a TLS 1.3 suite, which cannot be configured", n)
+		}
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// errRevoked is why a client whose certificate the CRL lists is refused.
+var errRevoked = errors.New("tls: client certificate revoked")
+
+// errNotAllowed is why a client certificate outside --client-cert-allowed-*
+// is refused.
+var errNotAllowed = errors.New("tls: client certificate authentication failed: not an allowed common name or host name")
+
+// reloader serves the certificate, client CAs and revocation list from
+// files, reading them again when a file changes, so certificates rotate
+// without a restart.
 type reloader struct {
 	files TLSFiles
 
@@ -38,14 +129,24 @@ type reloader struct {
 	stamp   string // modification times of the files last read
 	cert    *tls.Certificate
 	clients *x509.CertPool
+	revoked map[string]bool // serial numbers, as big-endian bytes
 }
 
 func newTLSConfig(files TLSFiles) (*tls.Config, error) {
+	if err := files.Validate(); err != nil {
+		return nil, err
+	}
 	r := &reloader{files: files}
 	if err := r.refresh(); err != nil {
 		return nil, err
 	}
-	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	minVersion := files.MinVersion
+	if minVersion == 0 {
+		minVersion = tls.VersionTLS12
+	}
+	// The base config carries no cipher list, which net/http's HTTP/2
+	// set-up would vet; each handshake gets the full one below.
+	base := &tls.Config{MinVersion: minVersion, MaxVersion: files.MaxVersion, NextProtos: []string{"h2", "http/1.1"}}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		if err := r.refresh(); err != nil {
 			return nil, err
@@ -53,23 +154,61 @@ func newTLSConfig(files TLSFiles) (*tls.Config, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		c := &tls.Config{
-			MinVersion:   tls.VersionTLS12,
+			MinVersion:   minVersion,
+			MaxVersion:   files.MaxVersion,
+			CipherSuites: files.CipherSuites,
 			NextProtos:   base.NextProtos,
 			Certificates: []tls.Certificate{*r.cert},
 		}
 		if files.ClientCertAuth {
 			c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, r.clients
+			c.VerifyPeerCertificate = files.verifyAllowed
+			if files.CRLFile != "" {
+				revoked := r.revoked
+				c.VerifyConnection = func(cs tls.ConnectionState) error {
+					for _, cert := range cs.PeerCertificates {
+						if revoked[string(cert.SerialNumber.Bytes())] {
+							return errRevoked
+						}
+					}
+					return nil
+				}
+			}
 		}
 		return c, nil
 	}
 	return base, nil
 }
 
+// verifyAllowed admits a verified client certificate whose common name
+// or host names the allowed lists name, as etcd's AllowedCNs and
+// AllowedHostnames do; with neither list, any.
+func (f TLSFiles) verifyAllowed(_ [][]byte, chains [][]*x509.Certificate) error {
+	if len(f.AllowedCNs) == 0 && len(f.AllowedHostnames) == 0 {
+		return nil
+	}
+	for _, chain := range chains {
+		if len(chain) == 0 {
+			continue
+		}
+		leaf := chain[0]
+		if slices.Contains(f.AllowedCNs, leaf.Subject.CommonName) {
+			return nil
+		}
+		for _, h := range f.AllowedHostnames {
+			if leaf.VerifyHostname(h) == nil {
+				return nil
+			}
+		}
+	}
+	return errNotAllowed
+}
+
 // refresh re-reads the files if any changed since the last read. A file
 // caught half-written fails to parse; the previous material stays.
 func (r *reloader) refresh() error {
 	stamp := ""
-	for _, f := range []string{r.files.CertFile, r.files.KeyFile, r.files.TrustedCAFile} {
+	for _, f := range []string{r.files.CertFile, r.files.KeyFile, r.files.TrustedCAFile, r.files.CRLFile} {
 		if f == "" {
 			continue
 		}
@@ -108,13 +247,46 @@ func (r *reloader) refresh() error {
 			return fmt.Errorf("tls: no certificate in %s", r.files.TrustedCAFile)
 		}
 	}
-	r.stamp, r.cert, r.clients = stamp, &cert, pool
+	revoked := r.revoked
+	if r.files.CRLFile != "" {
+		revoked, err = readCRL(r.files.CRLFile)
+		if err != nil {
+			if r.revoked != nil {
+				// A list being rewritten: keep refusing what the last
+				// one refused.
+				return nil
+			}
+			return err
+		}
+	}
+	r.stamp, r.cert, r.clients, r.revoked = stamp, &cert, pool, revoked
 	return nil
+}
+
+// readCRL reads a revocation list, PEM or DER, into the set of serial
+// numbers it revokes.
+func readCRL(path string) (map[string]bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--client-crl-file: %w", err)
+	}
+	if block, _ := pem.Decode(b); block != nil {
+		b = block.Bytes
+	}
+	list, err := x509.ParseRevocationList(b)
+	if err != nil {
+		return nil, fmt.Errorf("--client-crl-file %s: %w", path, err)
+	}
+	revoked := make(map[string]bool, len(list.RevokedCertificateEntries))
+	for _, e := range list.RevokedCertificateEntries {
+		revoked[string(e.SerialNumber.Bytes())] = true
+	}
+	return revoked, nil
 }
 
 // selfSigned writes a self-signed certificate and key for hosts into dir,
 // unless they are there already, as etcd's --auto-tls does.
-func selfSigned(dir string, hosts []string) (TLSFiles, error) {
+func selfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 	files := TLSFiles{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
 	if _, err := os.Stat(files.CertFile); err == nil {
 		if _, err := os.Stat(files.KeyFile); err == nil {
@@ -136,7 +308,7 @@ func selfSigned(dir string, hosts []string) (TLSFiles, error) {
 		SerialNumber:          serial,
 		Subject:               pkix.Name{Organization: []string{"sett"}},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
+		NotAfter:              time.Now().AddDate(years, 0, 0),
 		KeyUsage:              x509.KeyUsageKeyEncipherment | x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,

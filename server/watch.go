@@ -204,6 +204,11 @@ func (st *watchStream) send(r *pb.WatchResponse) error {
 	st.sendMu.Lock()
 	defer st.sendMu.Unlock()
 	st.s.fill(r.Header)
+	if r.CompactRevision != 0 {
+		// etcd answers a watch that starts below the compacted revision
+		// with no header revision.
+		r.Header.Revision = 0
+	}
 	n := float64(proto.Size(r))
 	m := st.s.metrics
 	m.watchResponseBytes.Observe(n)

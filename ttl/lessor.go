@@ -23,6 +23,16 @@ const MaxTTL = 9_000_000_000
 // ErrTTLTooLarge is returned for a grant above MaxTTL.
 var ErrTTLTooLarge = errors.New("ttl: lease TTL is too large")
 
+// ErrNotPrimary is returned by KeepAlive and TimeToLive on a lessor whose
+// member's leadership has ended or may have: another member may keep the
+// leases' time now, so this one must not answer for them (etcd's lessor
+// refuses so when it is not primary). The call belongs to the leader.
+var ErrNotPrimary = errors.New("ttl: not the primary lessor")
+
+// holder is a leadership term that can tell whether it still safely
+// holds; cluster.Term is one.
+type holder interface{ Held() bool }
+
 // Store is what leases need of mvcc.
 type Store interface {
 	GrantLease(ctx context.Context, id, ttl int64) (int64, error)
@@ -59,6 +69,9 @@ type Lessor struct {
 	leases map[int64]*lease
 	queue  expiryQueue
 	wake   chan struct{}
+	// term is the leadership this lessor keeps time under, if its
+	// member is one of several (see Lead); nil: it is primary for good.
+	term holder
 }
 
 type lease struct {
@@ -100,12 +113,16 @@ func (l *Lessor) load(now time.Time) {
 // Lead starts keeping time for the leases the store holds, each from its
 // full TTL, as etcd's lessor does when its member is elected: the old
 // leader's timers are gone with it, so a lease may live up to one TTL
-// longer, never shorter. Call it after the store leads; f is not used,
-// since revocations write through the store, which fences them.
+// longer, never shorter. Call it after the store leads. Revocations
+// write through the store, which fences them; but a renewal is answered
+// from memory, so if f can tell whether its term still holds (Held, as
+// cluster.Term can), the lessor asks it before every renewal and
+// expires nothing while it does not.
 func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 	l.mu.Lock()
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
+	l.term, _ = f.(holder)
 	l.load(time.Now())
 	l.mu.Unlock()
 	l.poke()
@@ -119,7 +136,11 @@ func (l *Lessor) Follow() {
 	defer l.mu.Unlock()
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
+	l.term = nil
 }
+
+// primary reports whether the lessor may answer for its leases' time. l.mu is held.
+func (l *Lessor) primary() bool { return l.term == nil || l.term.Held() }
 
 func (l *Lessor) add(id, ttl int64, now time.Time) {
 	le := &lease{id: id, ttl: ttl, expiry: expiry(now, ttl)}
@@ -187,10 +208,14 @@ func (l *Lessor) forget(id int64) {
 }
 
 // KeepAlive renews a lease to its full TTL and returns that TTL. A lease
-// unknown or already expired is ErrLeaseNotFound.
+// unknown or already expired is ErrLeaseNotFound; a lessor whose term no
+// longer holds answers ErrNotPrimary, for any lease.
 func (l *Lessor) KeepAlive(id int64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.primary() {
+		return 0, ErrNotPrimary
+	}
 	le := l.leases[id]
 	now := time.Now()
 	if le == nil || le.revoking || !now.Before(le.expiry) {
@@ -202,9 +227,13 @@ func (l *Lessor) KeepAlive(id int64) (int64, error) {
 }
 
 // TimeToLive returns a lease's granted TTL, the whole seconds it has
-// left, and its keys when asked.
+// left, and its keys when asked; ErrNotPrimary as KeepAlive.
 func (l *Lessor) TimeToLive(id int64, withKeys bool) (granted, remaining int64, keys [][]byte, err error) {
 	l.mu.Lock()
+	if !l.primary() {
+		l.mu.Unlock()
+		return 0, 0, nil, ErrNotPrimary
+	}
 	le := l.leases[id]
 	if le == nil {
 		l.mu.Unlock()
@@ -259,6 +288,11 @@ func (l *Lessor) Run(ctx context.Context) {
 func (l *Lessor) due(now time.Time, n int) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.primary() {
+		// Renewals are refused meanwhile; the next leader restarts
+		// every lease's time.
+		return nil
+	}
 	var ids []int64
 	for len(ids) < n && l.queue.Len() > 0 && !l.queue[0].expiry.After(now) {
 		le := l.queue[0]
@@ -276,6 +310,9 @@ func (l *Lessor) untilNext() time.Duration {
 	defer l.mu.Unlock()
 	if l.queue.Len() == 0 {
 		return time.Hour
+	}
+	if !l.primary() {
+		return 100 * time.Millisecond // until it holds again or follows
 	}
 	return max(time.Until(l.queue[0].expiry), time.Millisecond)
 }

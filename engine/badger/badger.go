@@ -60,6 +60,9 @@ type Options struct {
 	// the process (SIGBUS); the reserve is the room its flushes and
 	// compactions still need once writes stop.
 	DiskReserve int64
+	// NoSync commits without fsync (etcd's --unsafe-no-fsync): faster,
+	// and an acknowledged write can be lost in a crash. Tests only.
+	NoSync bool
 }
 
 // DefaultDiskReserve is the free space commits leave on the data
@@ -111,7 +114,7 @@ func Open(o Options) (*DB, error) {
 	}
 	opts := bdg.DefaultOptions(o.Dir).
 		WithInMemory(o.InMemory).
-		WithSyncWrites(!o.InMemory).
+		WithSyncWrites(!o.InMemory && !o.NoSync).
 		WithDetectConflicts(o.DetectConflicts).
 		WithNumVersionsToKeep(1).
 		// A small footprint: single-node Kubernetes keeps well under a few

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,11 +29,26 @@ type Etcd struct {
 // test ends, and returns its client address (host:port).
 func StartEtcd(t testing.TB, opts Etcd) string {
 	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	// A free port can be taken by another process before etcd binds it,
+	// on a machine busy with other tests: then etcd starts again, on
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		addr, err := startEtcd(t, opts)
+		if err == nil {
+			return addr
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+func startEtcd(t testing.TB, opts Etcd) (string, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = opts.Dir
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
 	if opts.AuthToken != "" {
 		cfg.AuthToken = opts.AuthToken
 	}
@@ -47,7 +64,7 @@ func StartEtcd(t testing.TB, opts Etcd) string {
 	cu, _ := url.Parse("http://" + FreeAddr(t))
 	pu, err := url.Parse(peer)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
@@ -57,13 +74,13 @@ func StartEtcd(t testing.TB, opts Etcd) string {
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	t.Cleanup(e.Close)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd did not become ready")
+		return "", errors.New("embedded etcd did not become ready")
 	}
-	return cu.Host
+	return cu.Host, nil
 }

@@ -119,3 +119,23 @@ func (p *PKI) ClientTLS(t testing.TB, withCert bool) *tls.Config {
 	}
 	return c
 }
+
+// Revoke writes a certificate revocation list, signed by the CA, listing
+// the serials, and returns its path. It is DER, as etcd reads it.
+func (p *PKI) Revoke(t testing.TB, serials ...int64) string {
+	t.Helper()
+	list := &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: time.Now().Add(-time.Minute), NextUpdate: time.Now().Add(time.Hour)}
+	for _, s := range serials {
+		list.RevokedCertificateEntries = append(list.RevokedCertificateEntries,
+			x509.RevocationListEntry{SerialNumber: big.NewInt(s), RevocationTime: time.Now().Add(-time.Minute)})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, list, p.ca, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(p.Dir, "revoked.crl")
+	if err := os.WriteFile(path, der, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -592,7 +592,7 @@ t_logs() {
 	bad=$(grep -hE '^E|"level":"(warn|error)"' "$run/kube-apiserver.log" "$run/kube-controller-manager.log" |
 		grep -i etcd | grep -v 'required revision has been compacted' || true)
 	if [ "$store" = sett ]; then
-		bad+=$(grep -v '"level":"INFO"' "$run/sett.log" || true)
+		bad+=$(grep -v '"level":"info"' "$run/sett.log" || true)
 	fi
 	if [ -n "$bad" ]; then
 		echo "$bad"

@@ -1,0 +1,52 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+)
+
+// Member records live under 'p' + BE(id): the membership a single sett
+// keeps (its own peer URLs, learners added to it). Their meaning belongs
+// to package server; mvcc keeps them durably, and, as etcd's membership
+// changes take no revision, writing them takes none, though it goes
+// through the sequencer like every commit.
+const prefixMember = 'p'
+
+func memberKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byte{prefixMember}, id) }
+
+// MemberRecords returns every member record by ID, as committed now.
+func (s *Store) MemberRecords() (map[uint64][]byte, error) {
+	snap, err := s.eng.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer snap.Close()
+	out := make(map[uint64][]byte)
+	it := snap.Iterate([]byte{prefixMember}, []byte{prefixMember + 1}, false)
+	defer it.Close()
+	for ; it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			return nil, errBadKey
+		}
+		v, err := it.Value()
+		if err != nil {
+			return nil, err
+		}
+		out[binary.BigEndian.Uint64(k[1:])] = bytes.Clone(v)
+	}
+	return out, nil
+}
+
+// WriteMember writes the record of member id durably; a nil record
+// deletes it.
+func (s *Store) WriteMember(ctx context.Context, id uint64, record []byte) error {
+	_, err := s.submit(ctx, func(w *writer) (any, error) {
+		if record == nil {
+			return nil, w.tx.Delete(memberKey(id))
+		}
+		return nil, w.tx.Put(memberKey(id), record)
+	})
+	return err
+}
