@@ -133,5 +133,9 @@ step "running $(wc -l <"$out/jobs") test runs, $parallel at a time, each within 
 xargs -P "$parallel" -L 1 bash -c 'run_one "$@"' sh <"$out/jobs"
 step "ran in $(( ($(date +%s) - start) / 60 )) min"
 
+# The summary compares every server with results here, etcd first: one
+# server's run is compared with the other's last one.
+compared=
+for s in etcd sett; do [ -d "$out/$s/results" ] && compared="$compared $s"; done
 cd "$here"
-exec "$GO" run summary.go -out "$out" $servers
+exec "$GO" run summary.go -out "$out" $compared
