@@ -43,6 +43,8 @@ func serveFlagsNoEnv() []cli.Flag {
 		&cli.StringFlag{Name: "key-file", Usage: "TLS key for the certificate"},
 		&cli.BoolFlag{Name: "client-cert-auth", Usage: "require client certificates signed by --trusted-ca-file"},
 		&cli.StringFlag{Name: "trusted-ca-file", Usage: "CA bundle that client certificates must chain to"},
+		&cli.StringFlag{Name: "client-cert-file", Usage: "TLS certificate this member presents as a client, forwarding to the leader over https (default: --cert-file)"},
+		&cli.StringFlag{Name: "client-key-file", Usage: "TLS key for --client-cert-file"},
 		&cli.StringFlag{Name: "client-crl-file", Usage: "certificate revocation list (PEM or DER): clients whose certificate it lists are refused (needs --client-cert-auth)"},
 		&cli.StringFlag{Name: "client-cert-allowed-cn", Usage: "comma-separated common names a client certificate must have one of (needs --client-cert-auth)"},
 		&cli.StringFlag{Name: "client-cert-allowed-hostname", Usage: "comma-separated host names or IPs a client certificate must be valid for one of (needs --client-cert-auth)"},

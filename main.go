@@ -116,6 +116,8 @@ func serverTLS(c *cli.Context) (server.TLSFiles, error) {
 		CRLFile:          c.String("client-crl-file"),
 		AllowedCNs:       splitURLs(c.String("client-cert-allowed-cn")),
 		AllowedHostnames: splitURLs(c.String("client-cert-allowed-hostname")),
+		ClientCertFile:   c.String("client-cert-file"),
+		ClientKeyFile:    c.String("client-key-file"),
 	}
 	var err error
 	if f.CipherSuites, err = server.ParseCipherSuites(splitURLs(c.String("cipher-suites"))); err != nil {

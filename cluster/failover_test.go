@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,16 +61,48 @@ func startPeer(t testing.TB, eng engine.Engine, name string) *peer {
 // simple ones).
 func startPeerWith(t testing.TB, eng engine.Engine, name string, tokens auth.Tokens) *peer {
 	t.Helper()
+	return startPeerConfig(t, eng, name, peerConfig{tokens: tokens})
+}
+
+// peerConfig is what a test may change of a peer.
+type peerConfig struct {
+	tokens auth.Tokens // nil: simple ones
+	// tls, when set, makes the peer serve https with these files, and
+	// its client connect with clientTLS.
+	tls       *server.TLSFiles
+	clientTLS *tls.Config
+	// advertise, when set, is the address the peer advertises to the
+	// others instead of its own (a proxy in front of it).
+	advertise string
+	// storeEngine, when set, is the engine under the peer's store; its
+	// election still runs on eng.
+	storeEngine engine.Engine
+}
+
+func startPeerConfig(t testing.TB, eng engine.Engine, name string, cfg peerConfig) *peer {
+	t.Helper()
 	m := &peer{name: name, id: server.MemberID(name), addr: harness.FreeAddr(t), served: make(chan error, 1)}
-	url := "http://" + m.addr
+	scheme := "http://"
+	if cfg.tls != nil {
+		scheme = "https://"
+	}
+	url, advertised := scheme+m.addr, scheme+m.addr
+	if cfg.advertise != "" {
+		advertised = scheme + cfg.advertise
+	}
+	storeEng := eng
+	if cfg.storeEngine != nil {
+		storeEng = cfg.storeEngine
+	}
 	hub := watch.NewHub(watch.Options{})
 	var err error
-	m.store, err = mvcc.Open(eng, mvcc.Options{Logger: quiet(), Listener: hub, Clustered: true, FollowInterval: 5 * time.Millisecond})
+	m.store, err = mvcc.Open(storeEng, mvcc.Options{Logger: quiet(), Listener: hub, Clustered: true, FollowInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lessor := ttl.New(m.store, ttl.Options{Logger: quiet(), Member: m.id, Follower: true})
-	m.el = New(eng, Options{ID: m.id, Name: name, ClientURLs: []string{url}, Lease: failoverLease, Logger: quiet()}, m.store, lessor)
+	m.el = New(eng, Options{ID: m.id, Name: name, ClientURLs: []string{advertised}, Lease: failoverLease, Logger: quiet()}, m.store, lessor)
+	tokens := cfg.tokens
 	if tokens == nil {
 		tokens, _ = auth.NewTokens("simple", 0)
 	}
@@ -77,13 +110,17 @@ func startPeerWith(t testing.TB, eng engine.Engine, name string, tokens auth.Tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.srv = server.New(server.Config{
+	scfg := server.Config{
 		Name:             name,
 		ListenClientURLs: []string{url},
 		Logger:           quiet(),
 		Cluster:          m.el,
 		Auth:             as,
-	}, m.store, hub, lessor, eng)
+	}
+	if cfg.tls != nil {
+		scfg.TLS = *cfg.tls
+	}
+	m.srv = server.New(scfg, m.store, hub, lessor, eng)
 	if err := m.srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +133,7 @@ func startPeerWith(t testing.TB, eng engine.Engine, name string, tokens auth.Tok
 	}
 	// Not Run: stop ends the peer as a crash would, without resigning.
 	go m.el.run(ectx, false)
-	m.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{m.addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	m.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{m.addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: cfg.clientTLS})
 	if err != nil {
 		t.Fatal(err)
 	}

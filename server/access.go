@@ -27,7 +27,9 @@ func (s *Server) caller(ctx context.Context) (*auth.Info, error) {
 	if token, ok := tokenOf(ctx); ok {
 		return s.auth.InfoFromToken(ctx, token)
 	}
-	if !s.cfg.TLS.ClientCertAuth {
+	// A forwarded call's certificate is the member's that forwarded it,
+	// not the caller's: it names nobody.
+	if !s.cfg.TLS.ClientCertAuth || forwarding(ctx) {
 		return nil, nil
 	}
 	p, ok := peer.FromContext(ctx)

@@ -33,7 +33,7 @@ func (a *authServer) admin(ctx context.Context, do func() error) error {
 func change[R header](ctx context.Context, a *authServer, do func() error, call func(pb.AuthClient, context.Context) (R, error), resp R) (R, error) {
 	var zero R
 	if conn, fctx, err := a.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(a.s, err, func() (R, error) { return call(pb.NewAuthClient(conn), fctx) })
+		return forwarded(a.s, fctx, err, func() (R, error) { return call(pb.NewAuthClient(conn), fctx) })
 	}
 	if a.s.cluster != nil {
 		// An earlier leader may have changed the state since this member

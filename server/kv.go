@@ -121,7 +121,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.PutResponse, error) { return pb.NewKVClient(conn).Put(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.PutResponse, error) { return pb.NewKVClient(conn).Put(fctx, r) })
 	}
 	resp, err := k.s.store.Put(ctx, r)
 	if err != nil {
@@ -142,7 +142,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.DeleteRangeResponse, error) { return pb.NewKVClient(conn).DeleteRange(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.DeleteRangeResponse, error) { return pb.NewKVClient(conn).DeleteRange(fctx, r) })
 	}
 	resp, err := k.s.store.DeleteRange(ctx, r)
 	if err != nil {
@@ -183,7 +183,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
 	}
 	resp, err := k.s.store.Txn(ctx, r)
 	if err != nil {
@@ -199,7 +199,7 @@ func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 		return nil, err
 	}
 	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, err, func() (*pb.CompactionResponse, error) { return pb.NewKVClient(conn).Compact(fctx, r) })
+		return forwarded(k.s, fctx, err, func() (*pb.CompactionResponse, error) { return pb.NewKVClient(conn).Compact(fctx, r) })
 	}
 	resp, err := k.s.store.Compact(ctx, r)
 	if err != nil {
@@ -222,21 +222,3 @@ func txnReadOnly(r *pb.TxnRequest) bool {
 
 // header is a response with etcd's header.
 type header interface{ GetHeader() *pb.ResponseHeader }
-
-// forwarded makes a call to the leader unless toLeader failed with err,
-// and answers with the leader's response under this member's header, as
-// an etcd follower answers for a write it proposed.
-func forwarded[R header](s *Server, err error, call func() (R, error)) (R, error) {
-	var zero R
-	if err != nil {
-		return zero, err
-	}
-	resp, err := call()
-	if err != nil {
-		return zero, s.fwd.failed(err)
-	}
-	if h := resp.GetHeader(); h != nil {
-		s.fill(h)
-	}
-	return resp, nil
-}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/ttl"
 )
 
 type leaseServer struct {
@@ -25,7 +27,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 		return nil, err
 	}
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(l.s, err, func() (*pb.LeaseGrantResponse, error) { return pb.NewLeaseClient(conn).LeaseGrant(fctx, r) })
+		return forwarded(l.s, fctx, err, func() (*pb.LeaseGrantResponse, error) { return pb.NewLeaseClient(conn).LeaseGrant(fctx, r) })
 	}
 	id, granted, err := l.s.lessor.Grant(ctx, r.ID, r.TTL)
 	if err != nil {
@@ -47,7 +49,7 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 		return nil, err
 	}
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(l.s, err, func() (*pb.LeaseRevokeResponse, error) { return pb.NewLeaseClient(conn).LeaseRevoke(fctx, r) })
+		return forwarded(l.s, fctx, err, func() (*pb.LeaseRevokeResponse, error) { return pb.NewLeaseClient(conn).LeaseRevoke(fctx, r) })
 	}
 	rev, err := l.s.lessor.Revoke(ctx, r.ID)
 	if err != nil {
@@ -59,14 +61,11 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 }
 
 // LeaseKeepAlive answers each keep-alive with the renewed TTL, or TTL 0
-// for a lease that does not exist, as etcd does. The stream ends when the
-// client goes or the server stops.
+// for a lease that does not exist, as etcd does. Each renewal goes to
+// whoever leads when it arrives (see renewer), so the stream outlives
+// leader changes. The stream ends when the client goes or the server
+// stops.
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
-	if conn, fctx, err := l.s.toLeader(stream.Context()); err != nil {
-		return err
-	} else if conn != nil {
-		return l.s.forwardKeepAlive(fctx, conn, stream)
-	}
 	errc := make(chan error, 1)
 	go func() { errc <- l.keepAlive(stream) }()
 	select {
@@ -80,6 +79,8 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 }
 
 func (l *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	r := &renewer{s: l.s, ctx: stream.Context()}
+	defer r.close()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -93,10 +94,15 @@ func (l *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		if err := l.s.checkRenew(stream.Context(), req.ID); err != nil {
 			return err
 		}
+		// The header is taken before the renewal, as etcd takes it, so
+		// its revision is never past one at which the lease was revoked.
 		resp := &pb.LeaseKeepAliveResponse{Header: &pb.ResponseHeader{}, ID: req.ID}
 		l.s.fill(resp.Header)
-		resp.TTL, err = l.s.lessor.KeepAlive(req.ID)
-		if err != nil && !errors.Is(err, mvcc.ErrLeaseNotFound) {
+		resp.TTL, err = r.renew(req.ID)
+		if errors.Is(err, mvcc.ErrLeaseNotFound) {
+			resp.TTL, err = 0, nil
+		}
+		if err != nil {
 			return toGRPC(err)
 		}
 		if err := stream.Send(resp); err != nil {
@@ -122,11 +128,27 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 			}
 		}()
 	}
-	// Only the leader keeps the leases' time.
-	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(l.s, err, func() (*pb.LeaseTimeToLiveResponse, error) { return pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r) })
+	// Only the leader keeps the leases' time. One that steps down under
+	// the call has no answer any more: the next leader has it.
+	var granted, remaining int64
+	var keys [][]byte
+	giveUp := time.After(renewTimeout)
+	for {
+		if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
+			return forwarded(l.s, fctx, err, func() (*pb.LeaseTimeToLiveResponse, error) { return pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r) })
+		}
+		granted, remaining, keys, err = l.s.lessor.TimeToLive(r.ID, r.Keys)
+		if !errors.Is(err, ttl.ErrNotPrimary) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, toGRPC(ctx.Err())
+		case <-giveUp:
+			return nil, rpctypes.ErrGRPCNoLeader
+		case <-time.After(renewRetry):
+		}
 	}
-	granted, remaining, keys, err := l.s.lessor.TimeToLive(r.ID, r.Keys)
 	resp = &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: remaining, GrantedTTL: granted, Keys: keys}
 	if errors.Is(err, mvcc.ErrLeaseNotFound) {
 		resp = &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: r.ID, TTL: -1}
@@ -140,7 +162,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	// A follower's lease table may be stale: the leader's is not.
 	if conn, fctx, err := l.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(l.s, err, func() (*pb.LeaseLeasesResponse, error) { return pb.NewLeaseClient(conn).LeaseLeases(fctx, r) })
+		return forwarded(l.s, fctx, err, func() (*pb.LeaseLeasesResponse, error) { return pb.NewLeaseClient(conn).LeaseLeases(fctx, r) })
 	}
 	ids := l.s.lessor.IDs()
 	rev := l.s.auth.Revision()

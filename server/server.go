@@ -362,6 +362,12 @@ func (s *Server) admit(m proto.Message) error {
 // Listen opens every client and metrics URL. It is separate from Serve so
 // that a caller learns of a busy port before it reports itself ready.
 func (s *Server) Listen() error {
+	if err := checkClientFiles(s.cfg.TLS); err != nil {
+		return err
+	}
+	if s.cluster == nil && s.cfg.TLS.ClientCertFile != "" {
+		return errors.New("--client-cert-file is the certificate a member presents when it forwards to the leader (--engine tikv); a single member makes no such connection")
+	}
 	if !s.needsTLS() {
 		if err := s.checkNoTLS(); err != nil {
 			return err
@@ -477,7 +483,11 @@ func (s *Server) checkNoTLS() error {
 		}
 	}
 	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
-		s.log.Info("--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and sett has no peer connections")
+		msg := "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and a single sett makes none of its own"
+		if s.cluster != nil {
+			msg = "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS, so only this member's forwarding to an https leader uses them"
+		}
+		s.log.Info(msg)
 	}
 	return nil
 }

@@ -26,6 +26,10 @@ type TLSFiles struct {
 	// TrustedCAFile verifies client certificates when ClientCertAuth is on.
 	TrustedCAFile  string
 	ClientCertAuth bool
+	// ClientCertFile and ClientKeyFile are the certificate this member
+	// presents when it is the client, forwarding to the leader; unset,
+	// it presents CertFile. TrustedCAFile verifies the leader's.
+	ClientCertFile, ClientKeyFile string
 	// CRLFile is a PEM or DER certificate revocation list: a client
 	// whose chain holds a certificate it lists is refused. Re-read when
 	// it changes.

@@ -190,6 +190,35 @@ func TestDataDirLocked(t *testing.T) {
 	first.stop()
 }
 
+// TestClientCertFlags: --client-cert-file without --client-key-file is
+// refused at start, as etcd refuses it; and so is a client certificate
+// on a single member, which never presents it. Each message says why.
+func TestClientCertFlags(t *testing.T) {
+	pki := harness.NewPKI(t)
+	crt, key := pki.Issue(t, "member", 2, true)
+	for _, tc := range []struct {
+		args []string
+		why  string
+	}{
+		{[]string{"--client-cert-file", crt}, "--client-cert-file and --client-key-file must be given together"},
+		{[]string{"--client-cert-file", crt, "--client-key-file", key}, "a single member makes no such connection"},
+	} {
+		args := append([]string{"serve", "--data-dir", t.TempDir(), "--listen-client-urls", "http://" + harness.FreeAddr(t), "--log-format", "json"}, tc.args...)
+		c := spawn(t, args...)
+		select {
+		case <-c.exited:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: sett kept running", tc.args)
+		}
+		if c.err == nil {
+			t.Fatalf("%v: sett exited 0", tc.args)
+		}
+		if log := c.logTail(); !strings.Contains(log, tc.why) {
+			t.Fatalf("%v: no clear message:\n%s", tc.args, log)
+		}
+	}
+}
+
 // TestVersionFlag: `etcd --version`, which scripts run to learn the
 // version, works on sett installed as etcd, in etcd's format.
 func TestVersionFlag(t *testing.T) {

@@ -72,6 +72,10 @@ type Lessor struct {
 	// term is the leadership this lessor keeps time under, if its
 	// member is one of several (see Lead); nil: it is primary for good.
 	term holder
+	// following is set from Follow (or New, for a Follower) to Lead:
+	// the lessor keeps no time then, and its empty table must not be
+	// taken for the leases' state, which the leader's lessor has.
+	following bool
 }
 
 type lease struct {
@@ -97,6 +101,7 @@ func New(store Store, opts Options) *Lessor {
 	}
 	now := time.Now()
 	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
+	l.following = opts.Follower
 	if !opts.Follower {
 		l.load(now)
 	}
@@ -123,6 +128,7 @@ func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
 	l.term, _ = f.(holder)
+	l.following = false
 	l.load(time.Now())
 	l.mu.Unlock()
 	l.poke()
@@ -137,10 +143,11 @@ func (l *Lessor) Follow() {
 	l.leases = make(map[int64]*lease)
 	l.queue = nil
 	l.term = nil
+	l.following = true
 }
 
 // primary reports whether the lessor may answer for its leases' time. l.mu is held.
-func (l *Lessor) primary() bool { return l.term == nil || l.term.Held() }
+func (l *Lessor) primary() bool { return !l.following && (l.term == nil || l.term.Held()) }
 
 func (l *Lessor) add(id, ttl int64, now time.Time) {
 	le := &lease{id: id, ttl: ttl, expiry: expiry(now, ttl)}
