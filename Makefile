@@ -9,7 +9,7 @@ BENCH_FLAGS ?=
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 3m
 
-.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage k8s-storage-tikv e2e test-etcd-e2e fuzz
+.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage k8s-storage-tikv e2e test-etcd-e2e fuzz image
 
 build:
 	$(GO) build -o bin/sett .
@@ -23,18 +23,33 @@ etcdctl: bin/etcdctl
 bin/etcdctl: testdata/etcdctl/go.mod testdata/etcdctl/go.sum
 	cd testdata/etcdctl && GOWORK=off $(GO) build -o $(CURDIR)/bin/etcdctl go.etcd.io/etcd/etcdctl/v3
 
+# The container image (docs/DEPLOY.md): a static, CGO-free sett on no
+# base image, as an OCI image layout (bin/sett-image) and the same as a
+# tar (bin/sett-image.tar) for docker load, podman load or kind load
+# image-archive. Built by tools/image, no Docker needed.
+IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/sett-static .
+	$(GO) run ./tools/image -bin bin/sett-static -out bin/sett-image -tar bin/sett-image.tar -tag $(IMAGE_TAG)
+
+# versitygw, a real S3 server (Apache-2.0), pinned in testdata/versitygw,
+# for the tests of snapshots in S3.
+bin/versitygw: testdata/versitygw/go.mod testdata/versitygw/go.sum
+	cd testdata/versitygw && GOWORK=off CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/versitygw github.com/versity/versitygw/cmd/versitygw
+
 # sett's own packages under the race detector, and Kubernetes' storage
 # suites against sett and etcd (k8s-storage), side by side: the suites
 # mostly wait, so together they take little longer than the slower one.
 # test-tikv runs in the first free slot.
-test: bin/etcdctl
+test: bin/etcdctl bin/versitygw
 	$(GO) vet ./...
 	$(MAKE) -j2 --output-sync=target test-sett k8s-storage test-tikv
 
 # tests/ runs the sett binary; it is built once, with the race detector.
-test-sett: bin/etcdctl
+test-sett: bin/etcdctl bin/versitygw image
 	$(GO) build -race -o bin/sett-race .
-	SETT_BIN=$(CURDIR)/bin/sett-race SETT_ETCDCTL=$(CURDIR)/bin/etcdctl $(GO) test -race -count=1 -timeout 14m ./...
+	SETT_BIN=$(CURDIR)/bin/sett-race SETT_ETCDCTL=$(CURDIR)/bin/etcdctl SETT_VERSITYGW=$(CURDIR)/bin/versitygw \
+		SETT_IMAGE=$(CURDIR)/bin/sett-image $(GO) test -race -count=1 -timeout 14m ./...
 
 # The TiKV build (-tags tikv): vet, the engine's own tests, the election
 # and failover tests (several members on one cluster), and sett's

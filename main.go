@@ -224,6 +224,15 @@ func runServe(c *cli.Context) error {
 	log.Info("memory", "limit", mem.limit, "go_soft_limit", mem.goLimit, "memtable", mem.memTable,
 		"watch_ring_bytes", ringBytes, "mapped_files", mem.fileMapped)
 
+	// A bucket that is missing or refuses the credentials is refused
+	// now, not at the first scheduled snapshot hours later.
+	bucket, err := openS3(c)
+	if err != nil {
+		return err
+	}
+	if bucket != nil && c.String("snapshot-schedule-cron") == "" {
+		return errors.New("--snapshot-s3 uploads scheduled snapshots, but --snapshot-schedule-cron is not set")
+	}
 	st, err := openStorage(c.String("engine"), c.String("tikv-pd-endpoints"), dir, mem, c.Bool("unsafe-no-fsync"), log)
 	if err != nil {
 		return err
@@ -288,7 +297,7 @@ func runServe(c *cli.Context) error {
 		scheduler, err = snapshot.NewScheduler(store, db, snapshot.Schedule{
 			Cron: spec, Dir: snapshotDir(c, dir), Name: c.String("snapshot-name"),
 			Format: c.String("snapshot-format"), Compress: c.Bool("snapshot-compress"),
-			Retention: c.Int("snapshot-retention"),
+			Retention: c.Int("snapshot-retention"), Bucket: bucket,
 		}, log)
 		if err != nil {
 			store.Close()
@@ -327,6 +336,7 @@ func runServe(c *cli.Context) error {
 		Auth:                        authStore,
 
 		WatchProgressNotifyInterval: c.Duration("watch-progress-notify-interval"),
+		WarningApplyDuration:        c.Duration("warning-apply-duration"),
 	}
 	if election != nil {
 		cfg.Cluster, cfg.ClusterToken = election, c.String("initial-cluster-token")
@@ -351,6 +361,17 @@ func runServe(c *cli.Context) error {
 		}
 		// etcd's line, which tools and test harnesses wait for.
 		log.Info("ready to serve client requests", "name", c.String("name"), "data-dir", dir, "revision", store.Rev(), "engine", c.String("engine"))
+		// The listeners are bound, so a client connecting from now on is
+		// served; etcd tells systemd at the same point.
+		if nerr := notifySystemd("READY=1"); nerr != nil {
+			log.Warn("telling systemd sett is ready", "error", nerr)
+		}
+		go func() {
+			<-ctx.Done()
+			if nerr := notifySystemd("STOPPING=1"); nerr != nil {
+				log.Warn("telling systemd sett is stopping", "error", nerr)
+			}
+		}()
 		err = srv.Serve(ctx)
 		stop()
 		// On a clean stop (SIGTERM, SIGINT) the election's Run resigns

@@ -47,12 +47,12 @@ func snapshotCommand() *cli.Command {
 			},
 			{
 				Name:      "restore",
-				Usage:     "restore a snapshot FILE (sett's or etcd's) into a new data directory",
+				Usage:     "restore a snapshot FILE (sett's or etcd's; with --snapshot-s3, the snapshot of that name in the bucket) into a new data directory",
 				ArgsUsage: "FILE",
-				Flags: withEnv(
+				Flags: append(withEnv(
 					&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
 					&cli.BoolFlag{Name: "skip-hash-check", Usage: "restore even if the snapshot has no SHA-256 or it does not match"},
-				),
+				), s3Flags(true)...),
 				Action: snapshotRestore,
 			},
 			{
@@ -69,13 +69,13 @@ func snapshotCommand() *cli.Command {
 			},
 			{
 				Name:   "ls",
-				Usage:  "list the snapshots in a snapshot directory, newest first",
+				Usage:  "list the snapshots in a snapshot directory or, with --snapshot-s3, in a bucket, newest first",
 				Flags:  snapshotDirFlags(),
 				Action: snapshotLs,
 			},
 			{
 				Name:   "prune",
-				Usage:  "delete all but the newest --snapshot-retention snapshots in a snapshot directory",
+				Usage:  "delete all but the newest --snapshot-retention snapshots in a snapshot directory or, with --snapshot-s3, in a bucket",
 				Flags:  snapshotDirFlags(),
 				Action: snapshotPrune,
 			},
@@ -195,6 +195,26 @@ func snapshotRestore(c *cli.Context) error {
 	dir, err := filepath.Abs(c.String("data-dir"))
 	if err != nil {
 		return err
+	}
+	bucket, err := openS3(c)
+	if err != nil {
+		return err
+	}
+	if bucket != nil {
+		// Downloaded beside the data dir (a snapshot is as big as the
+		// data), verified, and only then restored.
+		name := path
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return err
+		}
+		path = filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+"-"+filepath.Base(name))
+		ctx, cancel := commandContext(c)
+		defer cancel()
+		log.Info("downloading snapshot", "name", name, "bucket", bucket.String(), "to", path)
+		if err := bucket.Download(ctx, name, path); err != nil {
+			return err
+		}
+		defer os.Remove(path)
 	}
 	_, err = snapshot.Restore(path, dir, snapshot.RestoreOptions{
 		Open:          openBadger,
@@ -327,24 +347,97 @@ func humanBytes(n uint64) string {
 // snapshotFlags are serve's flags for scheduled snapshots. The defaults
 // keep them off: a sett started by kind or a test should not fill a disk.
 func snapshotFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "snapshot-schedule-cron", Usage: "take a snapshot on this cron schedule (5 fields or @every 6h, as k3s's \"0 */12 * * *\"); empty: never"},
 		&cli.StringFlag{Name: "snapshot-dir", Usage: "where scheduled snapshots go (default: <data-dir>-snapshots)"},
 		&cli.IntFlag{Name: "snapshot-retention", Value: 5, Usage: "scheduled snapshots to keep; older ones are deleted (0: keep all)"},
 		&cli.BoolFlag{Name: "snapshot-compress", Usage: "compress scheduled snapshots with zstd (restore and status read them as they are)"},
 		&cli.StringFlag{Name: "snapshot-name", Value: "sett-snapshot", Usage: "file name prefix of scheduled snapshots"},
 		&cli.StringFlag{Name: "snapshot-format", Value: "sett", Usage: "sett, or etcd (a bbolt file etcdutl snapshot restore accepts)"},
-	}
+	}, s3Flags(false)...)
 }
 
 // snapshotDirFlags are the flags of snapshot ls and prune, named and
 // set by environment as serve's.
 func snapshotDirFlags() []cli.Flag {
-	return withEnv(
-		&cli.StringFlag{Name: "snapshot-dir", Usage: "the snapshot directory (required)"},
+	return append(withEnv(
+		&cli.StringFlag{Name: "snapshot-dir", Usage: "the snapshot directory (required, unless --snapshot-s3)"},
 		&cli.StringFlag{Name: "snapshot-name", Value: "sett-snapshot", Usage: "file name prefix of the snapshots"},
 		&cli.IntFlag{Name: "snapshot-retention", Value: 5, Usage: "snapshots prune keeps"},
-	)
+	), s3Flags(true)...)
+}
+
+// s3Flags name the bucket scheduled snapshots are uploaded to, after
+// k3s's --etcd-s3-* flags, which are aliases of them; the snapshot
+// commands also take k3s etcd-snapshot's shorter --s3-*. Credentials
+// left out come from the AWS environment, as the AWS tools find them.
+func s3Flags(commands bool) []cli.Flag {
+	flag := func(f cli.Flag) cli.Flag {
+		setEnv(f)
+		name := strings.TrimPrefix(f.Names()[0], "snapshot-")
+		aliases := []string{"etcd-" + name}
+		if commands {
+			aliases = append(aliases, name)
+		}
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			f.Aliases = aliases
+		case *cli.BoolFlag:
+			f.Aliases = aliases
+		case *cli.IntFlag:
+			f.Aliases = aliases
+		case *cli.DurationFlag:
+			f.Aliases = aliases
+		}
+		return f
+	}
+	return []cli.Flag{
+		flag(&cli.BoolFlag{Name: "snapshot-s3", Usage: "keep snapshots in an S3-compatible bucket too (serve: upload each scheduled snapshot)"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-endpoint", Value: "s3.amazonaws.com", Usage: "S3 endpoint: host[:port], or an http:// or https:// URL"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-endpoint-ca", Usage: "PEM file of CAs to trust for the endpoint, besides the system's"}),
+		flag(&cli.BoolFlag{Name: "snapshot-s3-skip-ssl-verify", Usage: "trust any certificate the endpoint shows"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-access-key", Usage: "S3 access key (default: AWS_ACCESS_KEY_ID, ~/.aws/credentials, or the instance's IAM role)"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-secret-key", Usage: "S3 secret key (default: AWS_SECRET_ACCESS_KEY, ...)"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-session-token", Usage: "S3 session token, with temporary credentials (default: AWS_SESSION_TOKEN, ...)"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-bucket", Usage: "the bucket (it must exist)"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-region", Value: "us-east-1", Usage: "the bucket's region"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-folder", Usage: "the folder (key prefix) in the bucket"}),
+		flag(&cli.BoolFlag{Name: "snapshot-s3-insecure", Usage: "plain http to the endpoint"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-bucket-lookup-type", Value: "auto", Usage: "auto, dns (virtual-hosted style) or path"}),
+		flag(&cli.DurationFlag{Name: "snapshot-s3-timeout", Value: 5 * time.Minute, Usage: "most time one upload, download or listing may take"}),
+		flag(&cli.IntFlag{Name: "snapshot-s3-retention", Value: 5, Usage: "serve: snapshots the bucket keeps; older ones are deleted after each upload (0: keep all)"}),
+	}
+}
+
+// openS3 opens the bucket the --snapshot-s3* flags name, or returns nil
+// without --snapshot-s3 (refusing other S3 flags given without it, so
+// none is silently unused).
+func openS3(c *cli.Context) (*snapshot.Bucket, error) {
+	if !c.Bool("snapshot-s3") {
+		for _, f := range s3Flags(false)[1:] {
+			if name := f.Names()[0]; c.IsSet(name) {
+				return nil, fmt.Errorf("--%s is set but --snapshot-s3 is not: snapshots would not go to S3", name)
+			}
+		}
+		return nil, nil
+	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	return snapshot.OpenBucket(ctx, snapshot.S3{
+		Endpoint:     c.String("snapshot-s3-endpoint"),
+		Bucket:       c.String("snapshot-s3-bucket"),
+		Folder:       c.String("snapshot-s3-folder"),
+		Region:       c.String("snapshot-s3-region"),
+		AccessKey:    c.String("snapshot-s3-access-key"),
+		SecretKey:    c.String("snapshot-s3-secret-key"),
+		SessionToken: c.String("snapshot-s3-session-token"),
+		EndpointCA:   c.String("snapshot-s3-endpoint-ca"),
+		SkipVerify:   c.Bool("snapshot-s3-skip-ssl-verify"),
+		Insecure:     c.Bool("snapshot-s3-insecure"),
+		BucketLookup: c.String("snapshot-s3-bucket-lookup-type"),
+		Timeout:      c.Duration("snapshot-s3-timeout"),
+		Retention:    c.Int("snapshot-s3-retention"),
+	})
 }
 
 // withEnv gives each flag its SETT_ and ETCD_ environment variables.
@@ -364,13 +457,24 @@ func snapshotDir(c *cli.Context, dataDir string) string {
 	return dataDir + "-snapshots"
 }
 
-// snapshotLs prints the snapshots in a snapshot directory.
+// snapshotLs prints the snapshots in a snapshot directory or a bucket.
 func snapshotLs(c *cli.Context) error {
-	dir := c.String("snapshot-dir")
-	if dir == "" {
-		return errors.New("snapshot ls needs --snapshot-dir")
+	bucket, err := openS3(c)
+	if err != nil {
+		return err
 	}
-	list, err := snapshot.List(dir, c.String("snapshot-name"))
+	var list []snapshot.Entry
+	if bucket != nil {
+		ctx, cancel := commandContext(c)
+		defer cancel()
+		list, err = bucket.List(ctx, c.String("snapshot-name"))
+	} else {
+		dir := c.String("snapshot-dir")
+		if dir == "" {
+			return errors.New("snapshot ls needs --snapshot-dir, or --snapshot-s3 and a bucket")
+		}
+		list, err = snapshot.List(dir, c.String("snapshot-name"))
+	}
 	if err != nil {
 		return err
 	}
@@ -382,14 +486,28 @@ func snapshotLs(c *cli.Context) error {
 	return w.Flush()
 }
 
-// snapshotPrune deletes old snapshots from a snapshot directory.
+// snapshotPrune deletes old snapshots from a snapshot directory or a
+// bucket.
 func snapshotPrune(c *cli.Context) error {
-	dir := c.String("snapshot-dir")
-	if dir == "" {
-		return errors.New("snapshot prune needs --snapshot-dir")
-	}
 	if c.Int("snapshot-retention") <= 0 {
 		return errors.New("snapshot prune needs --snapshot-retention of at least 1")
+	}
+	bucket, err := openS3(c)
+	if err != nil {
+		return err
+	}
+	if bucket != nil {
+		ctx, cancel := commandContext(c)
+		defer cancel()
+		gone, err := bucket.Prune(ctx, c.String("snapshot-name"), c.Int("snapshot-retention"))
+		for _, n := range gone {
+			fmt.Printf("Removed %s/%s\n", strings.TrimSuffix(bucket.String(), "/"), n)
+		}
+		return err
+	}
+	dir := c.String("snapshot-dir")
+	if dir == "" {
+		return errors.New("snapshot prune needs --snapshot-dir, or --snapshot-s3 and a bucket")
 	}
 	gone, err := snapshot.Prune(dir, c.String("snapshot-name"), c.Int("snapshot-retention"))
 	for _, n := range gone {

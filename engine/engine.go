@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"time"
 )
 
 var (
@@ -59,6 +60,17 @@ type Engine interface {
 	// Close flushes and releases the store. Closing it again does
 	// nothing.
 	Close() error
+}
+
+// SyncObserver hears of every commit an engine makes durable on a local
+// disk: its write-ahead log, written and synced. An engine that has such
+// a log offers SetSyncObserver(SyncObserver); one that commits elsewhere
+// (a distributed engine) has nothing to report.
+type SyncObserver interface {
+	// Synced reports one commit: the bytes of keys and values it put in
+	// the log (the log's own framing not counted) and how long writing
+	// and syncing the log took.
+	Synced(bytes int64, took time.Duration)
 }
 
 // Reader is what a snapshot and a write transaction can both do.

@@ -50,7 +50,7 @@ func (s *Store) SetAlarms(ctx context.Context, alarms []*pb.AlarmMember) error {
 		b = binary.BigEndian.AppendUint64(b, a.MemberID)
 		b = binary.BigEndian.AppendUint32(b, uint32(a.Alarm))
 	}
-	_, err := s.submit(ctx, func(w *writer) (any, error) {
+	_, err := s.submit(ctx, "Alarm", func(w *writer) (any, error) {
 		if len(b) == 0 {
 			return nil, w.tx.Delete(metaAlarms)
 		}

@@ -45,7 +45,7 @@ func ReadAuthRecords(r engine.Reader) (map[string][]byte, error) {
 // WriteAuth writes auth records, all in one commit; a nil value deletes
 // its record.
 func (s *Store) WriteAuth(ctx context.Context, records map[string][]byte) error {
-	_, err := s.submit(ctx, func(w *writer) (any, error) {
+	_, err := s.submit(ctx, "", func(w *writer) (any, error) {
 		for name, v := range records {
 			var err error
 			if v == nil {

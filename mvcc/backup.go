@@ -10,6 +10,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"sync/atomic"
 
 	"github.com/settdb/sett/engine"
 )
@@ -62,16 +63,22 @@ type Backup struct {
 	snap     engine.Snapshot
 	info     BackupInfo
 	measured bool
+	reads    *atomic.Int64 // the store's open read views, this one among them
+	closed   bool
 }
 
 // Backup opens a backup of the store as it is now. Writes go on while it
-// is read.
+// is read. A hash still being taken of a compaction just made is waited
+// for, so that the backup carries it and HashKV at that revision answers
+// the same from a restored store.
 func (s *Store) Backup() (*Backup, error) {
+	s.hasher.settle()
 	snap, err := s.eng.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	return &Backup{snap: snap}, nil
+	s.counters.reads.Add(1)
+	return &Backup{snap: snap, reads: &s.counters.reads}, nil
 }
 
 // Reader reads the engine snapshot the backup is taken from, for a
@@ -140,7 +147,13 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 }
 
 // Close releases the snapshot.
-func (b *Backup) Close() { b.snap.Close() }
+func (b *Backup) Close() {
+	if !b.closed {
+		b.closed = true
+		b.snap.Close()
+		b.reads.Add(-1)
+	}
+}
 
 type countingWriter struct {
 	w io.Writer

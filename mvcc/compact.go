@@ -24,7 +24,7 @@ func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 		release = func() {}
 	}
 	hashable := false
-	resp, err := s.submit(ctx, func(w *writer) (any, error) {
+	resp, err := s.submit(ctx, "Compaction", func(w *writer) (any, error) {
 		switch {
 		case r.Revision <= w.compact:
 			return nil, ErrCompacted
@@ -172,6 +172,10 @@ func (c *cleaner) run() {
 			continue
 		}
 		c.reclaim(began)
+		c.s.counters.lastCompaction.Store(time.Now().UnixNano())
+		if o := c.s.observe(); o != nil {
+			o.Compacted(time.Since(began))
+		}
 		c.mu.Lock()
 		c.cleaned = target
 		close(c.changed)
@@ -222,11 +226,16 @@ func (c *cleaner) clean(from, target int64) error {
 				logKeys = append(logKeys, k)
 			}
 		}
-		_, err = c.s.submit(context.Background(), func(w *writer) (any, error) {
+		var removed int64
+		began := time.Now()
+		_, err = c.s.submit(context.Background(), "", func(w *writer) (any, error) {
+			removed = 0 // a batch that does not fit is applied again
 			for _, raw := range raws {
-				if err := w.compactKey(raw, target); err != nil {
+				n, err := w.compactKey(raw, target)
+				if err != nil {
 					return nil, err
 				}
+				removed += int64(n)
 			}
 			for _, k := range logKeys {
 				if err := w.tx.Delete(k); err != nil {
@@ -238,8 +247,15 @@ func (c *cleaner) clean(from, target int64) error {
 			}
 			return nil, nil
 		})
-		if err != nil || last {
+		if err != nil {
 			return err
+		}
+		c.s.counters.compactedKeys.Add(removed)
+		if o := c.s.observe(); o != nil {
+			o.CompactionBatch(time.Since(began))
+		}
+		if last {
+			return nil
 		}
 		start = append(bytes.Clone(seen[len(seen)-1]), 0)
 	}
@@ -272,17 +288,18 @@ func (c *cleaner) next(start, end []byte) (logKeys, raws [][]byte, err error) {
 
 // compactKey removes the versions of raw that compaction at target makes
 // unreachable: all but the newest version <= target, and that one too if
-// it is a deletion, together with the index once nothing is left.
-func (w *writer) compactKey(raw []byte, target int64) error {
+// it is a deletion, together with the index once nothing is left. It
+// returns how many engine keys it removed.
+func (w *writer) compactKey(raw []byte, target int64) (int, error) {
 	var latest int64
 	switch b, err := w.tx.Get(indexKey(raw)); {
 	case errors.Is(err, engine.ErrNotFound):
 	case err != nil:
-		return err
+		return 0, err
 	default:
 		m, err := decodeMeta(b)
 		if err != nil {
-			return fmt.Errorf("index of %q: %w", raw, err)
+			return 0, fmt.Errorf("index of %q: %w", raw, err)
 		}
 		latest = m.mod
 	}
@@ -294,7 +311,7 @@ func (w *writer) compactKey(raw []byte, target int64) error {
 		_, _, rev, err := splitKey(it.Key())
 		if err != nil {
 			it.Close()
-			return err
+			return 0, err
 		}
 		if rev > target {
 			continue
@@ -307,12 +324,12 @@ func (w *writer) compactKey(raw []byte, target int64) error {
 		b, err := it.Value()
 		if err != nil {
 			it.Close()
-			return err
+			return 0, err
 		}
 		ver, err := decodeVersion(b)
 		if err != nil {
 			it.Close()
-			return err
+			return 0, err
 		}
 		if ver.deleted {
 			drop = append(drop, bytes.Clone(it.Key()))
@@ -324,8 +341,8 @@ func (w *writer) compactKey(raw []byte, target int64) error {
 	it.Close()
 	for _, k := range drop {
 		if err := w.tx.Delete(k); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return len(drop), nil
 }

@@ -49,7 +49,7 @@ func (h *compactHasher) record(rev int64, v *view, release func()) {
 		sum, _, err := v.hashKV(h.ctx, rev)
 		release()
 		if err == nil {
-			_, err = h.s.submit(h.ctx, func(w *writer) (any, error) {
+			_, err = h.s.submit(h.ctx, "", func(w *writer) (any, error) {
 				// A later compaction's record, if one was made first, is
 				// the one to keep.
 				if cur, ok := compactHash(w.tx); ok && cur.Revision > sum.Revision {
@@ -71,6 +71,20 @@ func (h *compactHasher) wait(rev int64) {
 	done := h.pending[rev]
 	h.mu.Unlock()
 	if done != nil {
+		<-done
+	}
+}
+
+// settle returns once the hashes being taken now are recorded or given
+// up.
+func (h *compactHasher) settle() {
+	h.mu.Lock()
+	var pending []chan struct{}
+	for _, done := range h.pending {
+		pending = append(pending, done)
+	}
+	h.mu.Unlock()
+	for _, done := range pending {
 		<-done
 	}
 }

@@ -159,7 +159,7 @@ func (s *Store) LeaseKeys(id int64) [][]byte { return s.leases.keysOf(id) }
 // GrantLease durably records lease id with ttl. It does not change the
 // revision; it returns the current one.
 func (s *Store) GrantLease(ctx context.Context, id, ttl int64) (int64, error) {
-	resp, err := s.submit(ctx, func(w *writer) (any, error) {
+	resp, err := s.submit(ctx, "LeaseGrant", func(w *writer) (any, error) {
 		if w.leases.exists(id) {
 			return nil, ErrLeaseExists
 		}
@@ -179,7 +179,7 @@ func (s *Store) GrantLease(ctx context.Context, id, ttl int64) (int64, error) {
 // order, at one revision (none if it held no keys). It returns the
 // revision after.
 func (s *Store) RevokeLease(ctx context.Context, id int64) (int64, error) {
-	resp, err := s.submit(ctx, func(w *writer) (any, error) {
+	resp, err := s.submit(ctx, "LeaseRevoke", func(w *writer) (any, error) {
 		if !w.leases.exists(id) {
 			return nil, ErrLeaseNotFound
 		}

@@ -42,7 +42,7 @@ func (s *Store) MemberRecords() (map[uint64][]byte, error) {
 // WriteMember writes the record of member id durably; a nil record
 // deletes it.
 func (s *Store) WriteMember(ctx context.Context, id uint64, record []byte) error {
-	_, err := s.submit(ctx, func(w *writer) (any, error) {
+	_, err := s.submit(ctx, "", func(w *writer) (any, error) {
 		if record == nil {
 			return nil, w.tx.Delete(memberKey(id))
 		}

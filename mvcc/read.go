@@ -24,6 +24,8 @@ type view struct {
 	// exact at the current revision; both nil inside a write.
 	counts *countCache
 	live   *liveCounts
+	// ops, when set, counts the view's compares (see Stats).
+	ops *ops
 }
 
 // checkRev resolves a requested revision as etcd's range does: future

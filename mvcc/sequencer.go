@@ -13,10 +13,20 @@ import (
 // request is one queued write. apply runs on the sequencer goroutine with
 // a writer positioned at the current revision.
 type request struct {
+	// op names the request for Observer.Applied; empty: not reported.
+	op    string
 	apply func(*writer) (any, error)
 	done  chan result
+
+	// The sequencer notes how long apply ran and what it did, and
+	// whether the request failed for a reason of the store's own (see
+	// Stats.Failed); the submitter reads failed once done delivers.
+	took   time.Duration
+	ops    ops
+	failed bool
 }
 
+// result is kept small: a batch's results are allocated per commit.
 type result struct {
 	resp any
 	err  error
@@ -24,25 +34,42 @@ type result struct {
 
 // submit queues a write and waits for it to be committed. If ctx ends
 // first the write may still commit, as with etcd.
-func (s *Store) submit(ctx context.Context, apply func(*writer) (any, error)) (any, error) {
-	req := &request{apply: apply, done: make(chan result, 1)}
+//
+// op names the request for the observer (see Observer.Applied).
+func (s *Store) submit(ctx context.Context, op string, apply func(*writer) (any, error)) (any, error) {
+	start := time.Now()
+	s.counters.pending.Add(1)
+	res, failed := s.enqueue(ctx, &request{op: op, apply: apply, done: make(chan result, 1)})
+	s.counters.pending.Add(-1)
+	if failed {
+		s.counters.failed.Add(1)
+	}
+	if o := s.observe(); o != nil && op != "" {
+		o.Served(op, !failed, time.Since(start))
+	}
+	return res.resp, res.err
+}
+
+// enqueue hands req to the sequencer and waits for its result, which
+// failed if the store could not commit it.
+func (s *Store) enqueue(ctx context.Context, req *request) (result, bool) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, ErrClosed
+		return result{err: ErrClosed}, true
 	}
 	select {
 	case s.queue <- req:
 	case <-ctx.Done():
 		s.mu.RUnlock()
-		return nil, ctx.Err()
+		return result{err: ctx.Err()}, true
 	}
 	s.mu.RUnlock()
 	select {
 	case res := <-req.done:
-		return res.resp, res.err
+		return res, req.failed
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return result{err: ctx.Err()}, true
 	}
 }
 
@@ -91,7 +118,7 @@ func (s *Store) sequence() {
 // take fills batch with what is queued and commits it.
 func (s *Store) take(batch []*request) []*request {
 	if s.broken != nil {
-		failAll(batch, s.broken)
+		s.failAll(batch, s.broken)
 		return batch
 	}
 fill:
@@ -120,11 +147,11 @@ func (s *Store) commit(batch []*request) int {
 	}
 	t := s.term.Load()
 	if t == nil {
-		return failAll(batch, ErrNotLeader)
+		return s.failAll(batch, ErrNotLeader)
 	}
 	etx, err := t.eng.Begin()
 	if err != nil {
-		return failAll(batch, err)
+		return s.failAll(batch, err)
 	}
 	tx := &trackedTxn{Txn: etx}
 	var undos []func()
@@ -145,7 +172,9 @@ func (s *Store) commit(batch []*request) int {
 	for i, req := range batch {
 		tx.dirty = false
 		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos}
+		began := time.Now()
 		resp, err := req.apply(w)
+		took := time.Since(began)
 		switch {
 		case errors.Is(err, engine.ErrTxnTooBig):
 			abort()
@@ -164,6 +193,7 @@ func (s *Store) commit(batch []*request) int {
 			req.done <- result{err: err}
 			return n + 1
 		}
+		req.took, req.ops = took, w.ops
 		results = append(results, result{resp: resp, err: err})
 		if err != nil {
 			continue
@@ -186,18 +216,20 @@ func (s *Store) commit(batch []*request) int {
 			s.commitLarge(batch[0])
 			return 1
 		}
-		return failAll(batch, err)
+		return s.failAll(batch, err)
 	}
 	start := time.Now()
 	if err := etx.Commit(context.Background()); err != nil {
 		if err := s.commitFailed(t, err, rev, applied, len(batch)); err != nil {
 			abort()
-			return failAll(batch, err)
+			return s.failAll(batch, err)
 		}
 	}
-	if o := s.observer.Load(); o != nil {
-		(*o).Committed(len(batch), time.Since(start))
+	took := time.Since(start)
+	if o := s.observe(); o != nil {
+		o.Committed(len(batch), took)
 	}
+	s.report(batch, results)
 	s.publish(rev, compact, applied, keys, notify, hooks)
 	for i, req := range batch {
 		req.done <- results[i]
@@ -294,18 +326,21 @@ func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify [
 func (s *Store) commitLarge(req *request) {
 	t := s.term.Load()
 	if t == nil {
-		req.done <- result{err: ErrNotLeader}
+		s.failAll([]*request{req}, ErrNotLeader)
 		return
 	}
 	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
 	tx, err := newSpillTxn(t.eng, rev+1)
 	if err != nil {
-		req.done <- result{err: err}
+		s.failAll([]*request{req}, err)
 		return
 	}
 	var undos []func()
 	w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos}
+	began := time.Now()
 	resp, err := req.apply(w)
+	took := time.Since(began)
+	commitErr := false
 	var notify []committed
 	if err == nil {
 		applied++
@@ -313,7 +348,10 @@ func (s *Store) commitLarge(req *request) {
 			rev++
 			notify = []committed{{rev: rev, events: w.events}}
 		}
+		start := time.Now()
 		err = tx.finish(stateRecord(rev, applied, t.epoch))
+		commitErr = err != nil
+		took += time.Since(start)
 	}
 	switch {
 	case errors.Is(err, errPartial) && (errors.Is(err, engine.ErrDurability) || errors.Is(err, engine.ErrConflict) && t.fence != nil):
@@ -333,6 +371,9 @@ func (s *Store) commitLarge(req *request) {
 		err = s.commitFailed(t, err, rev, applied, 1)
 	}
 	if err != nil {
+		// A commit failed, the last or one midway: the request is not
+		// in the store, for a reason of the store's own.
+		commitErr = commitErr || errors.Is(err, errPartial)
 		tx.Discard()
 		for i := len(undos) - 1; i >= 0; i-- {
 			undos[i]()
@@ -341,6 +382,7 @@ func (s *Store) commitLarge(req *request) {
 			// Deposed midway: the next leader takes the partial writes
 			// back (see Lead), and this member may not write. Or the
 			// disk failed: opening the store again takes them back.
+			req.failed = commitErr
 			req.done <- result{err: err}
 			return
 		}
@@ -361,20 +403,49 @@ func (s *Store) commitLarge(req *request) {
 		if errors.Is(err, engine.ErrTxnTooBig) {
 			err = ErrTooLarge
 		}
+		req.failed = commitErr
 		req.done <- result{err: err}
 		return
 	}
 	s.log.Info("committed a large request", "revision", rev, "changes", len(w.events),
 		"engine_transactions", tx.commits+1)
+	// Its engine transactions were its apply: report it all as that.
+	req.took, req.ops = took, w.ops
+	s.report([]*request{req}, []result{{}})
 	s.publish(rev, w.compact, applied, w.keys, notify, w.hooks)
 	req.done <- result{resp: resp}
 }
 
-func failAll(batch []*request, err error) int {
+// failAll answers every request of batch with err: none committed.
+func (s *Store) failAll(batch []*request, err error) int {
 	for _, req := range batch {
+		req.failed = true
 		req.done <- result{err: err}
 	}
 	return len(batch)
+}
+
+// report counts the operations of committed requests and tells the
+// observer how long each took to apply.
+func (s *Store) report(batch []*request, results []result) {
+	var all ops
+	var txns int64
+	for i, req := range batch {
+		if results[i].err == nil {
+			all.add(req.ops)
+			txns += req.ops.txnCount()
+		}
+	}
+	s.counters.count(all, txns)
+	o := s.observe()
+	if o == nil {
+		return
+	}
+	for i, req := range batch {
+		if req.op != "" {
+			o.Applied(req.op, succeeded(results[i].err), req.took)
+		}
+	}
 }
 
 // trackedTxn notes whether the current request has written anything.

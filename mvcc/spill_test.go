@@ -50,7 +50,7 @@ func TestLargeRequestStoppedHalfway(t *testing.T) {
 
 	// The store's sequencer, stopped halfway through a large delete: the
 	// same steps commitLarge takes, without the last.
-	_, err = s.submit(ctx, func(*writer) (any, error) {
+	_, err = s.submit(ctx, "", func(*writer) (any, error) {
 		tx, err := newSpillTxn(db, rev+1)
 		if err != nil {
 			return nil, err

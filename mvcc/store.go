@@ -48,6 +48,7 @@ type Store struct {
 	keys    atomic.Int64 // keys that exist now
 
 	observer atomic.Pointer[Observer]
+	counters counters
 
 	mu       sync.RWMutex // guards closed against sends on queue
 	closed   bool
@@ -166,20 +167,10 @@ func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
 // Keys counts the keys that exist at the current revision.
 func (s *Store) Keys() int64 { return s.keys.Load() }
 
-// Observer learns how each group commit went.
-type Observer interface {
-	// Committed reports a batch of write requests and the time its
-	// engine commit took.
-	Committed(requests int, commit time.Duration)
-}
-
-// SetObserver makes o hear of every commit from now on.
-func (s *Store) SetObserver(o Observer) { s.observer.Store(&o) }
-
 // Ping commits an empty write through the sequencer, proving that the
 // write path works end to end.
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.submit(ctx, func(*writer) (any, error) { return nil, nil })
+	_, err := s.submit(ctx, "", func(*writer) (any, error) { return nil, nil })
 	return err
 }
 
@@ -234,7 +225,12 @@ func (s *Store) snapshotView() (*view, func(), error) {
 		}
 		rev, compact = st.rev, st.compact
 	}
-	return &view{r: snap, rev: rev, compact: compact, counts: s.counts, live: s.live}, snap.Close, nil
+	s.counters.reads.Add(1)
+	done := func() {
+		snap.Close()
+		s.counters.reads.Add(-1)
+	}
+	return &view{r: snap, rev: rev, compact: compact, counts: s.counts, live: s.live}, done, nil
 }
 
 // Range reads the keys in [r.Key, r.RangeEnd) as etcd's Range does.
@@ -251,6 +247,16 @@ func (s *Store) snapshotView() (*view, func(), error) {
 // key in range at that revision, before limit and the min/max revision
 // filters; More says whether limit cut the result.
 func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	start := time.Now()
+	resp, err := s.rangeAt(r)
+	s.counters.ranges.Add(1)
+	if o := s.observe(); o != nil {
+		o.Read("Range", succeeded(err), time.Since(start))
+	}
+	return resp, err
+}
+
+func (s *Store) rangeAt(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	v, done, err := s.snapshotView()
 	if err != nil {
 		return nil, err
@@ -261,7 +267,7 @@ func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 
 // Put writes one key.
 func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyPut(r) })
+	resp, err := s.submit(ctx, "Put", func(w *writer) (any, error) { return w.applyPut(r) })
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +281,7 @@ func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 // and writes no event: its header carries the current revision. One that
 // removes keys takes the next revision, and every deletion carries it.
 func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyDelete(r) })
+	resp, err := s.submit(ctx, "DeleteRange", func(w *writer) (any, error) { return w.applyDelete(r) })
 	if err != nil {
 		return nil, err
 	}
@@ -286,17 +292,29 @@ func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 // snapshot; any other goes through the sequencer.
 func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if readOnly(r) {
-		v, done, err := s.snapshotView()
-		if err != nil {
-			return nil, err
+		start := time.Now()
+		resp, err := s.readTxn(r)
+		if o := s.observe(); o != nil {
+			o.Read("Txn", succeeded(err), time.Since(start))
 		}
-		defer done()
-		w := &writer{compact: v.compact, begin: v.rev, reader: v.r, leases: s.leases}
-		return w.applyTxn(r)
+		return resp, err
 	}
-	resp, err := s.submit(ctx, func(w *writer) (any, error) { return w.applyTxn(r) })
+	resp, err := s.submit(ctx, "Txn", func(w *writer) (any, error) { return w.applyTxn(r) })
 	if err != nil {
 		return nil, err
 	}
 	return resp.(*pb.TxnResponse), nil
+}
+
+// readTxn runs a txn whose branches only read on a snapshot.
+func (s *Store) readTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	v, done, err := s.snapshotView()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	w := &writer{compact: v.compact, begin: v.rev, reader: v.r, leases: s.leases}
+	resp, err := w.applyTxn(r)
+	s.counters.count(w.ops, w.ops.txnCount())
+	return resp, err
 }

@@ -12,6 +12,9 @@ import (
 // key it is made against the zero key-value, except for VALUE, which
 // fails.
 func (v *view) compare(c *pb.Compare) (bool, error) {
+	if v.ops != nil {
+		v.ops.ranges++
+	}
 	var kvs []*mvccpb.KeyValue
 	withValue := c.Target == pb.Compare_VALUE
 	if len(c.RangeEnd) == 0 {
@@ -177,6 +180,11 @@ func (w *writer) applyPut(r *pb.PutRequest) (*pb.PutResponse, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.ops.puts++
+	w.ops.putBytes += int64(len(r.Key) + len(val))
+	if r.PrevKv || r.IgnoreValue || r.IgnoreLease {
+		w.ops.ranges++
+	}
 	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: w.begin + 1}}
 	if r.PrevKv {
 		resp.PrevKv = prev
@@ -188,6 +196,10 @@ func (w *writer) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse,
 	gone, err := w.deleteRange(r.Key, r.RangeEnd)
 	if err != nil {
 		return nil, err
+	}
+	w.ops.deletes++
+	if r.PrevKv {
+		w.ops.ranges++
 	}
 	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{Revision: w.rev()}, Deleted: int64(len(gone))}
 	if r.PrevKv {
@@ -201,7 +213,16 @@ func (w *writer) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse,
 // before it.
 func (w *writer) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	v := w.view()
+	if w.tx != nil {
+		// etcd evaluates a writing txn's compares in a read transaction
+		// of their own, which its metrics count apart.
+		w.compares = ops{}
+		v.ops = &w.compares
+	}
 	path, err := v.txnPath(r)
+	w.ops.ranges += w.compares.ranges
+	w.ops.apart += w.compares.ranges
+	w.ops.txns += w.compares.txnCount()
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +251,7 @@ func (w *writer) runTxn(r *pb.TxnRequest, path []bool, resp *pb.TxnResponse) (in
 			if err != nil {
 				return 0, err
 			}
+			w.ops.ranges++
 			out.Response = &pb.ResponseOp_ResponseRange{ResponseRange: rr}
 		case op.GetRequestPut() != nil:
 			pr, err := w.applyPut(op.GetRequestPut())

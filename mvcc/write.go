@@ -27,6 +27,9 @@ type writer struct {
 	hooks []func()
 	// keys is how many keys the request created less those it deleted.
 	keys int64
+	// ops counts the request's operations (see Stats), compares those
+	// of a writing txn's compares.
+	ops, compares ops
 }
 
 // rev is the current revision as the request sees it: its own revision
@@ -39,7 +42,7 @@ func (w *writer) rev() int64 {
 }
 
 func (w *writer) view() *view {
-	return &view{r: w.reader, rev: w.rev(), compact: w.compact}
+	return &view{r: w.reader, rev: w.rev(), compact: w.compact, ops: &w.ops}
 }
 
 // latest returns the index entry of raw, its encoding (nil if absent).

@@ -35,7 +35,7 @@ func (s *Server) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"etcdserver":%q,"etcdcluster":%q,"storage":%q}`, Version, clusterVersion, storageVersion)
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(s.metrics.registry, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	// Go's expvar, which etcd serves on every client URL, GET only.
 	mux.HandleFunc("/debug/vars", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {

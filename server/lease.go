@@ -34,6 +34,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 		return nil, toGRPC(err)
 	}
 	l.s.metrics.leasesGranted.Inc()
+	l.s.metrics.leaseTTL.Observe(float64(granted))
 	resp := &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{}, ID: id, TTL: granted}
 	l.s.fill(resp.Header)
 	return resp, nil

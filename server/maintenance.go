@@ -52,12 +52,16 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		return nil, err
 	}
 	size := m.s.sizer.Size()
+	inUse := size
+	if iu, ok := m.s.sizer.(inUser); ok {
+		inUse = iu.InUse()
+	}
 	idx := m.s.store.AppliedIndex()
 	resp := &pb.StatusResponse{
 		Header:           &pb.ResponseHeader{},
 		Version:          Version,
 		DbSize:           size,
-		DbSizeInUse:      size,
+		DbSizeInUse:      inUse,
 		Leader:           m.s.election.Leader(),
 		RaftIndex:        idx,
 		RaftTerm:         m.s.raftTerm(),
@@ -86,6 +90,7 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	if !ok {
 		return nil, unimplemented("defragment")
 	}
+	defer m.s.metrics.defragging()()
 	before := m.s.sizer.Size()
 	m.s.log.Info("starting defragment", "db_size", before)
 	start := time.Now()
@@ -129,6 +134,8 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 		return toGRPC(err)
 	}
 	defer b.Close()
+	// As etcd's: from the snapshot's opening to the end of its stream.
+	defer since(m.s.metrics.snapshotDuration, time.Now())
 	var (
 		file  io.Reader
 		total int64 // the file's length, its checksum included
@@ -239,6 +246,7 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 	if !ok {
 		return nil, unimplemented("hash")
 	}
+	defer since(m.s.metrics.hashDuration, time.Now())
 	sum, rev, err := h.Hash()
 	if err != nil {
 		return nil, toGRPC(err)
@@ -257,6 +265,7 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if !ok {
 		return nil, unimplemented("hashkv")
 	}
+	defer since(m.s.metrics.hashRev, time.Now())
 	kv, rev, err := h.HashKV(r.Revision)
 	if err != nil {
 		return nil, toGRPC(err)

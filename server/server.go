@@ -87,6 +87,10 @@ type Config struct {
 	// Collectors are more metrics to serve on /metrics, such as the
 	// storage engine's own.
 	Collectors []prometheus.Collector
+	// WarningApplyDuration is etcd's --warning-apply-duration: a write
+	// applied, or a read served, more slowly counts in
+	// etcd_server_slow_apply_total. Zero means etcd's 100ms.
+	WarningApplyDuration time.Duration
 	// Cluster, when set, is the election of a member that shares its
 	// engine with others (see Clustered); nil: this member leads alone.
 	Cluster Cluster
@@ -277,8 +281,8 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(newCodec()),
-		grpc.ChainUnaryInterceptor(s.metrics.unary, s.logSlow),
-		grpc.ChainStreamInterceptor(s.metrics.stream),
+		grpc.ChainUnaryInterceptor(s.metrics.grpc.UnaryServerInterceptor(), s.metrics.unary, s.logSlow),
+		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), s.metrics.stream),
 		grpc.StatsHandler(byteCounter{s.metrics}),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverhead),
 		grpc.MaxSendMsgSize(1<<31-1),
@@ -317,6 +321,8 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 		s.http = withGateway(gateway, s.metricsHTTP)
 	}
 	s.clientHTTP = s.accessControl(s.http)
+	// Every method's series from the start, at zero, as etcd has them.
+	s.metrics.grpc.InitializeMetrics(s.grpc)
 	return s
 }
 

@@ -49,6 +49,8 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		go ws.s.monitorLeader(ctx, cancel)
 	}
 	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher), kick: make(chan struct{}, 1)}
+	ws.s.metrics.watchStreams.Inc()
+	defer ws.s.metrics.watchStreams.Dec()
 	defer func() {
 		cancel(nil)
 		st.wg.Wait()
@@ -214,11 +216,24 @@ func (st *watchStream) send(r *pb.WatchResponse) error {
 	m.watchResponseBytes.Observe(n)
 	m.watchSendingBytes.Add(n)
 	m.watchSendingStreams.Inc()
-	defer func() {
-		m.watchSendingBytes.Sub(n)
-		m.watchSendingStreams.Dec()
-	}()
-	return st.grpc.Send(r)
+	events := len(r.Events)
+	m.eventsPending.Add(float64(events))
+	start := time.Now()
+	err := st.grpc.Send(r)
+	took := time.Since(start)
+	m.watchSendingBytes.Sub(n)
+	m.watchSendingStreams.Dec()
+	m.eventsPending.Sub(float64(events))
+	switch {
+	case err != nil:
+	case events > 0:
+		m.sentEvents(events, took)
+	case r.Created || r.Canceled:
+		m.sendControl.Observe(took.Seconds())
+	default:
+		m.sendProgress.Observe(took.Seconds())
+	}
+	return err
 }
 
 func (st *watchStream) header() *pb.ResponseHeader {
@@ -325,6 +340,7 @@ func (st *watchStream) cancelWatch(id int64) error {
 		return nil
 	}
 	sw.canceled = true
+	sw.w.Close()
 	st.s.metrics.watchers.Dec()
 	return st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Canceled: true})
 }
@@ -336,9 +352,14 @@ func (st *watchStream) cancelWatch(id int64) error {
 func (st *watchStream) pump() {
 	defer st.wg.Done()
 	defer func() {
+		st.stepMu.Lock()
 		st.mu.Lock()
 		st.s.metrics.watchers.Sub(float64(len(st.watchers)))
+		for _, sw := range st.watchers {
+			sw.w.Close()
+		}
 		st.mu.Unlock()
+		st.stepMu.Unlock()
 	}()
 	for {
 		head, changed := st.hub.Head()
@@ -394,6 +415,7 @@ func (st *watchStream) step(sw *streamWatcher, head int64) error {
 		delete(st.watchers, sw.id)
 		st.mu.Unlock()
 		sw.canceled = true
+		sw.w.Close()
 		st.s.metrics.watchers.Dec()
 		return st.send(&pb.WatchResponse{Header: st.header(), WatchId: sw.id, Canceled: true, CancelReason: err.Error()})
 	}

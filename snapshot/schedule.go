@@ -32,10 +32,14 @@ type Schedule struct {
 	Format    string // "sett" or "etcd"
 	Compress  bool
 	Retention int // snapshots kept; 0 keeps all
+	// Bucket, if not nil, also receives each snapshot, and keeps its
+	// own retention.
+	Bucket *Bucket
 }
 
 // Scheduler takes snapshots of a running store on a schedule.
 type Scheduler struct {
+	ctx     context.Context // ends when sett stops; uploads end with it
 	store   *mvcc.Store
 	eng     engine.Engine
 	sched   Schedule
@@ -49,7 +53,7 @@ func NewScheduler(store *mvcc.Store, eng engine.Engine, sched Schedule, log *slo
 	if sched.Format != "sett" && sched.Format != "etcd" {
 		return nil, fmt.Errorf("--snapshot-format %q: want sett or etcd", sched.Format)
 	}
-	return &Scheduler{store: store, eng: eng, sched: sched, log: log, metrics: newSchedulerMetrics()}, nil
+	return &Scheduler{ctx: context.Background(), store: store, eng: eng, sched: sched, log: log, metrics: newSchedulerMetrics()}, nil
 }
 
 // schedulerMetrics tell an operator's dashboard whether scheduled
@@ -59,6 +63,8 @@ type schedulerMetrics struct {
 	duration prometheus.Histogram
 	size     prometheus.Gauge
 	last     prometheus.Gauge
+	uploads  *prometheus.CounterVec
+	uploaded prometheus.Gauge
 }
 
 func newSchedulerMetrics() schedulerMetrics {
@@ -71,18 +77,28 @@ func newSchedulerMetrics() schedulerMetrics {
 			Help: "Bytes of the newest scheduled snapshot file."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_snapshot_scheduled_last_success_timestamp_seconds",
 			Help: "Unix time the newest scheduled snapshot was saved."}),
+		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sett_snapshot_s3_uploads_total",
+			Help: "Snapshot uploads to S3 attempted, by result (success or failure); a failed one is retried at the next scheduled snapshot."}, []string{"result"}),
+		uploaded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sett_snapshot_s3_last_upload_success_timestamp_seconds",
+			Help: "Unix time a snapshot was last uploaded to S3 and verified."}),
 	}
 	// Both results from the start, so a dashboard sees failures as 0
 	// rather than as no data.
-	m.taken.WithLabelValues("success")
-	m.taken.WithLabelValues("failure")
+	for _, r := range []string{"success", "failure"} {
+		m.taken.WithLabelValues(r)
+		m.uploads.WithLabelValues(r)
+	}
 	return m
 }
 
 // Collectors are the scheduler's metrics.
 func (s *Scheduler) Collectors() []prometheus.Collector {
 	m := s.metrics
-	return []prometheus.Collector{m.taken, m.duration, m.size, m.last}
+	c := []prometheus.Collector{m.taken, m.duration, m.size, m.last}
+	if s.sched.Bucket != nil {
+		c = append(c, m.uploads, m.uploaded)
+	}
+	return c
 }
 
 // Start takes snapshots on the schedule until ctx ends; the returned
@@ -97,9 +113,13 @@ func (s *Scheduler) Start(ctx context.Context) (wait func(), err error) {
 	if _, err := c.AddFunc(s.sched.Cron, s.run); err != nil {
 		return nil, fmt.Errorf("--snapshot-schedule-cron %q: %w", s.sched.Cron, err)
 	}
+	s.ctx = ctx
 	c.Start()
 	s.log.Info("scheduled snapshots", "cron", s.sched.Cron, "dir", s.sched.Dir, "retention", s.sched.Retention,
 		"format", s.sched.Format, "compress", s.sched.Compress)
+	if b := s.sched.Bucket; b != nil {
+		s.log.Info("scheduled snapshots uploaded", "bucket", b.String(), "retention", b.Retention())
+	}
 	stopped := make(chan struct{})
 	go func() {
 		<-ctx.Done()
@@ -133,6 +153,52 @@ func (s *Scheduler) run() {
 	s.log.Info("scheduled snapshot saved", "path", path, "bytes", size, "took", took.Round(time.Millisecond))
 	if _, err := Prune(s.sched.Dir, s.sched.Name, s.sched.Retention); err != nil {
 		s.log.Error("pruning snapshots failed", "error", err)
+	}
+	if s.sched.Bucket != nil {
+		s.upload()
+	}
+}
+
+// upload copies to the bucket each of the newest local snapshots that
+// it does not hold yet (the one just taken, and any whose upload failed
+// before), then prunes the bucket to its retention. Only as many as the
+// bucket keeps are candidates, so one it pruned is never sent again.
+func (s *Scheduler) upload() {
+	b := s.sched.Bucket
+	local, err := List(s.sched.Dir, s.sched.Name)
+	if err == nil {
+		var remote []Entry
+		remote, err = b.List(s.ctx, s.sched.Name)
+		if n := b.Retention(); n > 0 && len(local) > n {
+			local = local[:n]
+		}
+		for i := len(local) - 1; err == nil && i >= 0; i-- { // oldest first
+			e := local[i]
+			if slices.ContainsFunc(remote, func(r Entry) bool { return r.Name == e.Name }) {
+				continue
+			}
+			start := time.Now()
+			if _, uerr := b.Upload(s.ctx, filepath.Join(s.sched.Dir, e.Name)); uerr != nil {
+				s.metrics.uploads.WithLabelValues("failure").Inc()
+				s.log.Error("uploading snapshot to S3 failed; it stays in the snapshot dir and is retried at the next scheduled snapshot",
+					"name", e.Name, "bucket", b.String(), "error", uerr)
+				continue
+			}
+			s.metrics.uploads.WithLabelValues("success").Inc()
+			s.metrics.uploaded.Set(float64(time.Now().Unix()))
+			s.log.Info("snapshot uploaded to S3", "name", e.Name, "bucket", b.String(), "bytes", e.Size,
+				"took", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if err != nil {
+		s.metrics.uploads.WithLabelValues("failure").Inc()
+		s.log.Error("listing snapshots for S3 failed; retried at the next scheduled snapshot", "bucket", b.String(), "error", err)
+		return
+	}
+	if gone, err := b.Prune(s.ctx, s.sched.Name, b.Retention()); err != nil {
+		s.log.Error("pruning snapshots in S3 failed", "bucket", b.String(), "error", err)
+	} else if len(gone) > 0 {
+		s.log.Info("snapshots pruned from S3", "bucket", b.String(), "removed", gone)
 	}
 }
 

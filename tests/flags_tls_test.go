@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -69,27 +68,7 @@ func spawnEtcd(t *testing.T, env []string, args ...string) *child {
 	if err := os.Symlink(settBin, bin); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.CreateTemp(t.TempDir(), "etcd-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{t: t, cmd: cmd, logf: logf.Name(), exited: make(chan struct{})}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		c.cmd.Process.Kill()
-		<-c.exited
-	})
-	return c
+	return spawnWith(t, bin, env, args...)
 }
 
 // TestRunsAsEtcd: sett installed as etcd and started with etcd's

@@ -111,13 +111,26 @@ func startChild(t testing.TB, dir, addr string) *child {
 // at the end of the test if it is still running.
 func spawn(t testing.TB, args ...string) *child {
 	t.Helper()
+	return spawnEnv(t, nil, args...)
+}
+
+// spawnEnv is spawn with env added to the child's environment.
+func spawnEnv(t testing.TB, env []string, args ...string) *child {
+	t.Helper()
+	return spawnWith(t, settBin, append(childEngineEnv(args), env...), args...)
+}
+
+// spawnWith runs exe, a sett binary, with args and env added to the
+// environment, as spawn does.
+func spawnWith(t testing.TB, exe string, env []string, args ...string) *child {
+	t.Helper()
 	logf, err := os.CreateTemp(t.TempDir(), "sett-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(settBin, args...)
-	cmd.Env = append(os.Environ(), childEngineEnv(args)...)
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,14 @@ import (
 // runSett runs the sett command line and returns its standard output and error and its exit code.
 func runSett(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runSettEnv(t, nil, args...)
+}
+
+// runSettEnv is runSett with env added to sett's environment.
+func runSettEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(settBin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

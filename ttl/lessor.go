@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settdb/sett/mvcc"
@@ -76,6 +77,23 @@ type Lessor struct {
 	// the lessor keeps no time then, and its empty table must not be
 	// taken for the leases' state, which the leader's lessor has.
 	following bool
+
+	renewed, revoked, expired atomic.Int64
+}
+
+// Counts are what a lessor has done since it started, for metrics.
+type Counts struct {
+	// Renewed counts keep-alives that renewed a lease.
+	Renewed int64
+	// Revoked counts leases revoked, on request or because they expired.
+	Revoked int64
+	// Expired counts leases revoked because they expired.
+	Expired int64
+}
+
+// Counts returns the lessor's counts now.
+func (l *Lessor) Counts() Counts {
+	return Counts{Renewed: l.renewed.Load(), Revoked: l.revoked.Load(), Expired: l.expired.Load()}
 }
 
 type lease struct {
@@ -199,6 +217,9 @@ func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (int64, int64, error)
 // Revoke deletes a lease and its keys, returning the revision after.
 func (l *Lessor) Revoke(ctx context.Context, id int64) (int64, error) {
 	rev, err := l.store.RevokeLease(ctx, id)
+	if err == nil {
+		l.revoked.Add(1)
+	}
 	if err == nil || errors.Is(err, mvcc.ErrLeaseNotFound) {
 		l.forget(id)
 	}
@@ -230,6 +251,7 @@ func (l *Lessor) KeepAlive(id int64) (int64, error) {
 	}
 	le.expiry = expiry(now, le.ttl)
 	heap.Fix(&l.queue, le.index)
+	l.renewed.Add(1)
 	return le.ttl, nil
 }
 
@@ -338,6 +360,9 @@ func (l *Lessor) revokeAll(ctx context.Context, ids []int64) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			_, err := l.Revoke(ctx, id)
+			if err == nil {
+				l.expired.Add(1)
+			}
 			if err != nil && !errors.Is(err, mvcc.ErrLeaseNotFound) && ctx.Err() == nil {
 				l.opts.Logger.Warn("revoking an expired lease failed", "lease", id, "error", err)
 			}

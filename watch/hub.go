@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -67,7 +68,13 @@ type Hub struct {
 	ring    *ring
 	head    int64         // newest committed revision
 	changed chan struct{} // closed and replaced when head moves
+
+	slow atomic.Int64 // watchers catching up from history (see Slow)
 }
+
+// Slow counts the watchers catching up from the store's history because
+// the ring no longer holds their cursor: etcd's unsynced watchers.
+func (h *Hub) Slow() int64 { return h.slow.Load() }
 
 var _ mvcc.Listener = (*Hub)(nil)
 
@@ -141,6 +148,24 @@ type Watcher struct {
 	key, end []byte // end as in etcd: nil one key, empty every key >= key
 	filter   Filter
 	next     int64
+	slow     bool // counted in the hub's Slow
+}
+
+// Close ends the watcher's part in the hub's counts. Like Next, it must
+// not run concurrently with Next.
+func (w *Watcher) Close() { w.behind(false) }
+
+// behind notes whether the watcher reads from history.
+func (w *Watcher) behind(slow bool) {
+	if slow == w.slow {
+		return
+	}
+	w.slow = slow
+	if slow {
+		w.hub.slow.Add(1)
+	} else {
+		w.hub.slow.Add(-1)
+	}
 }
 
 // ErrCompacted is returned by Next when the events the watcher needs
@@ -176,9 +201,11 @@ func (w *Watcher) Next(ctx context.Context) (events []mvcc.Event, through int64,
 		}
 		c := h.history.CompactRev()
 		if w.next < c {
+			w.behind(false)
 			return nil, c, ErrCompacted
 		}
 		events, through, ok := w.fromRing()
+		w.behind(!ok)
 		if !ok {
 			events, through, err = w.fromHistory(ctx)
 			if errors.Is(err, mvcc.ErrCompacted) {

@@ -92,3 +92,49 @@ func TestNextBoundsBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestSlow: a watcher whose next revision the ring no longer holds counts
+// as slow while it reads from history, and stops counting once the ring
+// serves it again, or when it is closed.
+func TestSlow(t *testing.T) {
+	h := NewHub(Options{RingEvents: 10, RingBytes: 1 << 30, BatchEvents: 5})
+	l := &log{}
+	h.Start(l)
+	commit := func() {
+		rev := l.Rev() + 1
+		evs := []mvcc.Event{{Type: mvccpb.PUT, KV: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: rev}}}
+		l.revs = append(l.revs, evs)
+		h.Committed(rev, evs)
+	}
+	for range 30 {
+		commit()
+	}
+	behind := h.Watch([]byte("k"), nil, 1, 0)
+	current := h.Watch([]byte("k"), nil, 25, 0)
+	ctx := context.Background()
+	if _, _, err := current.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := behind.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.Slow(); n != 1 {
+		t.Fatalf("one watcher reading history: Slow = %d", n)
+	}
+	for behind.Cursor() <= h.Rev() {
+		if _, _, err := behind.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.Slow(); n != 0 {
+		t.Fatalf("caught up: Slow = %d", n)
+	}
+	again := h.Watch([]byte("k"), nil, 1, 0)
+	if _, _, err := again.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+	if n := h.Slow(); n != 0 {
+		t.Fatalf("closed: Slow = %d", n)
+	}
+}

@@ -93,6 +93,15 @@ type DB struct {
 	low          atomic.Bool
 	log          *slog.Logger
 
+	// syncs hears of every commit (see SetSyncObserver); nil: nobody.
+	syncs atomic.Pointer[engine.SyncObserver]
+
+	// inUse is the last measure of InUse, taken at inUseAt (Unix
+	// nanoseconds, 0: never); inUseMu runs one measure at a time.
+	inUse, inUseAt atomic.Int64
+	inUseRunning   atomic.Bool
+	inUseMu        sync.Mutex
+
 	stopTrim  chan struct{} // closed by Close
 	trimDone  chan struct{}
 	closeTrim sync.Once
@@ -249,6 +258,12 @@ func (d *DB) Size() int64 {
 	}
 	return n
 }
+
+// SetSyncObserver makes o hear of every commit from now on: Badger writes
+// the commit to its write-ahead log (values above the value threshold to
+// its value log) and syncs it before Commit returns, so the time of that
+// call is the engine's sync, as etcd's WAL fsync is its own.
+func (d *DB) SetSyncObserver(o engine.SyncObserver) { d.syncs.Store(&o) }
 
 // Close implements engine.Engine.
 func (d *DB) Close() error {
@@ -436,11 +451,25 @@ type txn struct {
 	reader
 	db       *DB
 	conflict bool
+	// bytes counts the keys and values written, for the sync observer.
+	bytes int64
 }
 
-func (t *txn) Put(key, value []byte) error { return mapErr(t.txn.Set(key, value)) }
+func (t *txn) Put(key, value []byte) error {
+	if err := t.txn.Set(key, value); err != nil {
+		return mapErr(err)
+	}
+	t.bytes += int64(len(key) + len(value))
+	return nil
+}
 
-func (t *txn) Delete(key []byte) error { return mapErr(t.txn.Delete(key)) }
+func (t *txn) Delete(key []byte) error {
+	if err := t.txn.Delete(key); err != nil {
+		return mapErr(err)
+	}
+	t.bytes += int64(len(key))
+	return nil
+}
 
 func (t *txn) PutIf(key, value, expect []byte) error {
 	ok, err := engine.Holds(t, key, expect)
@@ -465,9 +494,14 @@ func (t *txn) Commit(ctx context.Context) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.db.gate.RLock()
+	start := time.Now()
 	err := t.txn.Commit()
+	took := time.Since(start)
 	t.db.gate.RUnlock()
 	if err == nil {
+		if o := t.db.syncs.Load(); o != nil {
+			(*o).Synced(t.bytes, took)
+		}
 		return nil
 	}
 	mapped := mapErr(err)

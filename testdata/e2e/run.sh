@@ -136,7 +136,16 @@ wait_for() {
 	done
 }
 
-read -r store_port api_port kcm_port peer_port <<<"$(free_ports 4)"
+read -r store_port api_port kcm_port peer_port metrics_port <<<"$(free_ports 5)"
+# The store speaks mutual TLS, as kubeadm's etcd does: the CA, its serving
+# certificate and the apiserver's client certificate come from the same
+# script docs/DEPLOY.md uses, and the apiserver's --etcd-* flags below are
+# the recipe's.
+pki=$run/etcd-pki
+"$root/deploy/pki/make-certs.sh" "$pki" >/dev/null
+store_tls=(--cert-file="$pki/server.crt" --key-file="$pki/server.key"
+	--client-cert-auth --trusted-ca-file="$pki/ca.crt")
+store_url=https://127.0.0.1:$store_port
 token=$(openssl rand -hex 24)
 openssl genrsa -out "$run/sa.key" 2048 2>/dev/null
 openssl rsa -in "$run/sa.key" -pubout -out "$run/sa.pub" 2>/dev/null
@@ -164,8 +173,8 @@ if [ -n "${E2E_ETCD:-}" ]; then
 	store=etcd
 	step "etcd ($E2E_ETCD) on 127.0.0.1:$store_port"
 	start etcd "$E2E_ETCD" --name default --data-dir "$run/etcd.data" \
-		--listen-client-urls "http://127.0.0.1:$store_port" \
-		--advertise-client-urls "http://127.0.0.1:$store_port" \
+		--listen-client-urls "$store_url" --advertise-client-urls "$store_url" "${store_tls[@]}" \
+		--listen-metrics-urls "http://127.0.0.1:$metrics_port" \
 		--listen-peer-urls "http://127.0.0.1:$peer_port" \
 		--initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
 		--initial-cluster "default=http://127.0.0.1:$peer_port"
@@ -173,9 +182,10 @@ else
 	store=sett
 	step "sett on 127.0.0.1:$store_port"
 	start sett "$root/bin/sett" serve --data-dir "$run/sett.data" \
-		--listen-client-urls "http://127.0.0.1:$store_port"
+		--listen-client-urls "$store_url" "${store_tls[@]}" \
+		--listen-metrics-urls "http://127.0.0.1:$metrics_port"
 fi
-wait_for 30 "$store" curl -sf "http://127.0.0.1:$store_port/health"
+wait_for 30 "$store" curl -sf --cacert "$pki/ca.crt" --cert "$pki/client.crt" --key "$pki/client.key" "$store_url/health"
 
 step "kube-apiserver on 127.0.0.1:$api_port"
 # --endpoint-reconciler-type=none: the "kubernetes" Service's endpoints would
@@ -184,7 +194,10 @@ step "kube-apiserver on 127.0.0.1:$api_port"
 # with no kube-proxy and no pods running, nothing is ever sent there.
 # shellcheck disable=SC2086
 start kube-apiserver "$bin/kube-apiserver" \
-	--etcd-servers="http://127.0.0.1:$store_port" \
+	--etcd-servers="$store_url" \
+	--etcd-cafile="$pki/ca.crt" \
+	--etcd-certfile="$pki/client.crt" \
+	--etcd-keyfile="$pki/client.key" \
 	--etcd-compaction-interval="$compaction" \
 	--bind-address=127.0.0.1 \
 	--advertise-address=127.0.0.1 \
@@ -234,7 +247,10 @@ limit=${E2E_TIMEOUT:-600}
 trap 'echo "not ok - scenario finished within ${limit}s"; echo "$passed passed, $((failed + 1)) failed"; exit 1' USR1
 
 k() { "$bin/kubectl" --kubeconfig="$kubeconfig" --cache-dir="$run/kubectl-cache" --request-timeout=60s "$@"; }
-etcdctl() { "$root/bin/etcdctl" --endpoints="127.0.0.1:$store_port" --command-timeout=30s "$@"; }
+etcdctl() {
+	"$root/bin/etcdctl" --endpoints="$store_url" --cacert="$pki/ca.crt" --cert="$pki/client.crt" \
+		--key="$pki/client.key" --command-timeout=30s "$@"
+}
 
 # check NAME FUNC ARGS...: runs FUNC in a subshell with errexit on, so any
 # failing command fails the check; the output is shown only on failure.
@@ -283,7 +299,7 @@ count() { grep -c "$1" || true; }
 rv() { k get "$@" -o jsonpath='{.metadata.resourceVersion}'; }
 
 compact_rev() {
-	curl -sf "http://127.0.0.1:$store_port/metrics" |
+	curl -sf "http://127.0.0.1:$metrics_port/metrics" |
 		awk '$1 == "etcd_debugging_mvcc_compact_revision" { printf "%d\n", $2 }'
 }
 

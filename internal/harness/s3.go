@@ -1,0 +1,247 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// versitygwVersion is the S3 server pinned in testdata/versitygw.
+const versitygwVersion = "v1.8.0"
+
+// S3 is a real S3 server for a test: versitygw (Apache-2.0) with its
+// posix backend on a temporary directory, listening on loopback over
+// plain http.
+type S3 struct {
+	Endpoint  string // host:port
+	AccessKey string
+	SecretKey string
+	Dir       string // the backend's directory: one subdirectory per bucket
+}
+
+// StartS3 runs versitygw, stopped when the test ends, with the given
+// buckets made. $SETT_VERSITYGW names the binary (make test builds
+// it); without it, one is built from testdata/versitygw into the user
+// cache directory, where later runs find it.
+func StartS3(t testing.TB, buckets ...string) *S3 {
+	t.Helper()
+	bin := versitygwPath(t)
+	s := &S3{Endpoint: FreeAddr(t), AccessKey: "sett-test", SecretKey: "sett-test-secret", Dir: t.TempDir()}
+	logf, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint,
+		"--region", "us-east-1", "--quiet", "posix", s.Dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Endpoint, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("versitygw exited before listening:\n%s", b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw did not listen within 30s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cli := s.Client(t)
+	for _, b := range buckets {
+		if err := cli.MakeBucket(Context(t), b, minio.MakeBucketOptions{}); err != nil {
+			t.Fatalf("make bucket %s: %v", b, err)
+		}
+	}
+	return s
+}
+
+// Client is a client of the server with its credentials.
+func (s *S3) Client(t testing.TB) *minio.Client {
+	t.Helper()
+	c, err := minio.New(s.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Region: "us-east-1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var buildVersitygw sync.Mutex
+
+// versitygwPath returns $SETT_VERSITYGW or the cached build.
+func versitygwPath(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("SETT_VERSITYGW"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("SETT_VERSITYGW: %v", err)
+		}
+		return p
+	}
+	buildVersitygw.Lock()
+	defer buildVersitygw.Unlock()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "sett-test", "versitygw-"+versitygwVersion)
+	bin := filepath.Join(dir, "versitygw")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, here, _, _ := runtime.Caller(0)
+	module := filepath.Join(filepath.Dir(here), "..", "..", "testdata", "versitygw")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
+	cmd := exec.Command(gobin, "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
+	cmd.Dir = module
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+	t.Logf("building versitygw %s into %s", versitygwVersion, dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build versitygw: %v\n%s", err, out)
+	}
+	// Rename is atomic, so concurrent test runs never see half a binary.
+	if err := os.Rename(tmp, bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Cut is an HTTP proxy in front of an S3 server that, while cutting,
+// closes the connection of every object upload after its first bytes,
+// as a network failing mid-upload does. Everything else passes.
+type Cut struct {
+	Endpoint string // host:port to give clients
+	mu       sync.Mutex
+	cutting  bool
+	cuts     int
+}
+
+// Cutting turns cutting on or off.
+func (c *Cut) Cutting(on bool) {
+	c.mu.Lock()
+	c.cutting = on
+	c.mu.Unlock()
+}
+
+// Cuts is how many uploads were cut off so far.
+func (c *Cut) Cuts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cuts
+}
+
+// NewCut starts a proxy to target (host:port), closed when the test
+// ends. It forwards bytes as they are, reading only the request line.
+func NewCut(t testing.TB, target string) *Cut {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cut{Endpoint: l.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); c.forward(in, target) }()
+		}
+	}()
+	return c
+}
+
+// forward relays one client connection. Each request's first bytes say
+// whether it uploads an object (a PUT with a body); while cutting, such
+// a request is sent on up to part of its body, then both connections
+// are closed.
+func (c *Cut) forward(in net.Conn, target string) {
+	defer in.Close()
+	out, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer out.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		buf := make([]byte, 32<<10)
+		for ctx.Err() == nil {
+			n, err := out.Read(buf)
+			if n > 0 {
+				in.Write(buf[:n])
+			}
+			if err != nil {
+				in.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			c.mu.Lock()
+			cut := c.cutting && strings.HasPrefix(string(chunk), "PUT ") && !strings.Contains(string(chunk), "Content-Length: 0\r\n")
+			if cut {
+				c.cuts++
+			}
+			c.mu.Unlock()
+			if cut {
+				// The headers and a little of the body reach the server,
+				// then the connection dies.
+				head, _, _ := strings.Cut(string(chunk), "\r\n\r\n")
+				end := min(len(chunk), len(head)+4+100)
+				out.Write(chunk[:end])
+				return
+			}
+			if _, err := out.Write(chunk); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
