@@ -9,7 +9,7 @@ BENCH_FLAGS ?=
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 3m
 
-.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage k8s-storage-tikv e2e fuzz image nemesis
+.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage k8s-storage-tikv e2e test-etcd-e2e fuzz image nemesis
 
 build:
 	$(GO) build -o bin/sett .
@@ -101,6 +101,18 @@ k8s-storage-tikv:
 # `test`: the first build of the Kubernetes binaries takes minutes.
 e2e:
 	GO=$(GO) testdata/e2e/run.sh
+
+# etcd's own end-to-end suites (go.etcd.io/etcd/tests/v3, packages e2e and
+# common, at the version testdata/etcd-e2e pins), every single-member test,
+# run against a real etcd and against sett installed as `etcd` beside
+# etcd's etcdctl and etcdutl, side by side; fails if a test passes against
+# etcd but not against sett. The summary lands in bin/etcd-e2e/summary.txt.
+# Not part of `test`: it runs for an hour or more. E2E_RUN, E2E_TIMEOUT and
+# the others that testdata/etcd-e2e/run.sh lists narrow or change the run;
+# E2E_SERVERS lists the servers (run.sh's arguments).
+E2E_SERVERS ?= etcd sett
+test-etcd-e2e: build bin/etcd
+	GO=$(GO) testdata/etcd-e2e/run.sh $(E2E_SERVERS)
 
 # The fuzz targets, each for FUZZTIME. `make test` runs only their seeds
 # (in the tests, and the inputs that once failed under testdata/fuzz).

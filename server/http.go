@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"expvar"
 	"fmt"
 	"io"
 	"log"
@@ -18,7 +19,7 @@ import (
 
 // handler serves what etcd serves over HTTP on its client and metrics
 // ports: /health (etcd's JSON), /livez and /readyz (3.5+ style),
-// /version and /metrics.
+// /version, /metrics and /debug/vars.
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", s.handleHealth)
@@ -35,6 +36,15 @@ func (s *Server) handler() http.Handler {
 		fmt.Fprintf(w, `{"etcdserver":%q,"etcdcluster":%q,"storage":%q}`, Version, clusterVersion, storageVersion)
 	})
 	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(s.metrics.registry, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
+	// Go's expvar, which etcd serves on every client URL, GET only.
+	mux.HandleFunc("/debug/vars", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		expvar.Handler().ServeHTTP(w, r)
+	})
 	if s.cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
