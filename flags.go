@@ -74,6 +74,7 @@ func serveFlagsNoEnv() []cli.Flag {
 		&cli.IntFlag{Name: "watch-ring-events", Value: 100_000, Usage: "most recent events kept in memory for watchers (older ones are read from disk)"},
 		&cli.IntFlag{Name: "watch-ring-bytes", Usage: "most bytes of recent events kept in memory for watchers (default: 8 MiB, or 1/32 of --memory-limit)"},
 		&cli.DurationFlag{Name: "warning-apply-duration", Aliases: []string{"experimental-warning-apply-duration"}, Value: 100 * time.Millisecond, Usage: "a write applied, or a range or read-only txn served, more slowly counts in etcd_server_slow_apply_total"},
+		&cli.BoolFlag{Name: "strict-reconfig-check", Value: true, Usage: "refuse a membership change that would leave fewer started members than a quorum, as etcd does"},
 		&cli.BoolFlag{Name: "enable-pprof", Usage: "serve /debug/pprof on the HTTP endpoints"},
 		&cli.StringFlag{Name: "logger", Value: "zap", Usage: "zap, etcd's only logger (accepted for etcd's command line)"},
 		&cli.StringFlag{Name: "log-outputs", Value: "default", Usage: "comma-separated: default or stderr, stdout, or file paths"},
@@ -118,7 +119,7 @@ func setEnv(f cli.Flag) {
 var (
 	notApplicableBools = []string{
 		"peer-client-cert-auth", "peer-auto-tls", "peer-skip-client-san-verification",
-		"strict-reconfig-check", "force-new-cluster", "enable-v2",
+		"force-new-cluster", "enable-v2",
 		"pre-vote", "initial-election-tick-advance",
 		"experimental-initial-corrupt-check", "experimental-enable-lease-checkpoint",
 		"experimental-enable-distributed-tracing", "experimental-memory-mlock",

@@ -328,6 +328,7 @@ func runServe(c *cli.Context) error {
 		AutoTLS:                     c.Bool("auto-tls"),
 		DataDir:                     dir,
 		EnablePprof:                 c.Bool("enable-pprof"),
+		LooseReconfigCheck:          !c.Bool("strict-reconfig-check"),
 		QuotaBackendBytes:           c.Int64("quota-backend-bytes"),
 		MaxRequestBytes:             c.Int("max-request-bytes"),
 		MaxTxnOps:                   c.Int("max-txn-ops"),

@@ -23,18 +23,31 @@ const singlePeerURL = "http://localhost:2380"
 // maxLearners is etcd's default --max-learners.
 const maxLearners = 1
 
-// Membership, as etcd answers it with --strict-reconfig-check (its
-// default) on a cluster of one member that never has a peer:
+// Membership, as a single etcd member that never has a peer decides it
+// (etcd's mayAddMember and mayRemoveMember):
 //
 //   - MemberUpdate of this member records its peer URLs.
-//   - MemberAdd of a voting member is refused: the new member would have
-//     to start for the cluster to keep a quorum (not enough started
-//     members). A learner is recorded and listed, and, since nothing will
-//     ever start as it, never becomes ready to promote.
-//   - MemberRemove removes a learner; this member cannot remove itself
-//     (it would leave no quorum).
+//   - MemberAdd: with --strict-reconfig-check (etcd's default) a voting
+//     member is accepted while at most one voting member would not have
+//     started (a one-member cluster growing to two is etcd's restore
+//     case); a second one is refused (not enough started members), and so
+//     is anything more, learners included, once a voting member that
+//     never started is recorded (this member alone is no quorum of the
+//     connected: unhealthy cluster). Without the check nothing is
+//     refused but duplicate peer URLs and a second learner.
+//   - MemberRemove: a learner always goes; a voting member goes when the
+//     members left would keep a started quorum. This member never goes:
+//     it cannot leave itself without a quorum, and etcd without the check
+//     removes itself and stops, which sett does not.
 //   - MemberPromote: a voting member is not a learner; a learner is not in
 //     sync.
+//
+// A member added is only a record: nothing ever starts as it, so of a
+// single sett's members only itself counts as started (and has a name). Where etcd, with a voting member
+// added that never starts, loses its quorum (its writes, linearizable
+// reads and later membership changes wait until they time out), sett
+// keeps serving, and removing that member takes it back to one; see
+// docs/COMPATIBILITY.md.
 //
 // The records are kept in the store (mvcc's member records), so an
 // acknowledged change survives a restart. Clustered members join by
@@ -216,8 +229,10 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 		if err := checkPeerURLs(r.PeerURLs, nil, 0); err != nil {
 			return err
 		}
-		if !r.IsLearner {
-			return rpctypes.ErrGRPCMemberNotEnoughStarted
+		if !c.s.cfg.LooseReconfigCheck {
+			if err := mayAddMember(members, c.s.memberID, r.IsLearner); err != nil {
+				return err
+			}
 		}
 		if err := checkPeerURLs(r.PeerURLs, members, 0); err != nil {
 			return err
@@ -228,13 +243,13 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 				learners++
 			}
 		}
-		if learners+1 > maxLearners {
+		if r.IsLearner && learners+1 > maxLearners {
 			return rpctypes.ErrGRPCTooManyLearners
 		}
 		var b [8]byte
 		rand.Read(b[:])
-		added = &pb.Member{ID: binary.BigEndian.Uint64(b[:]) | 1, PeerURLs: r.PeerURLs, IsLearner: true}
-		return c.s.writeMember(ctx, added.ID, &memberRecord{PeerURLs: r.PeerURLs, IsLearner: true})
+		added = &pb.Member{ID: binary.BigEndian.Uint64(b[:]) | 1, PeerURLs: r.PeerURLs, IsLearner: r.IsLearner}
+		return c.s.writeMember(ctx, added.ID, &memberRecord{PeerURLs: r.PeerURLs, IsLearner: r.IsLearner})
 	})
 	if err != nil {
 		return nil, err
@@ -242,15 +257,73 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	return &pb.MemberAddResponse{Header: c.s.memberHeader(), Member: added, Members: members}, nil
 }
 
+func quorum(n int) int { return n/2 + 1 }
+
+// mayAddMember is etcd's --strict-reconfig-check before an add: a voting
+// member must leave a started quorum (or be the second of two, etcd's
+// restore case), and this member, the only one connected, must stay a
+// quorum of the voting members with the new one counted as down.
+func mayAddMember(members []*pb.Member, self uint64, learner bool) error {
+	voters, up := 0, 0
+	for _, m := range members {
+		if !m.IsLearner {
+			voters++
+			if m.ID == self {
+				up++
+			}
+		}
+	}
+	if !learner && !(up == 1 && voters+1 == 2) && up < quorum(voters+1) {
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	}
+	if voters > 1 && 1 < quorum(voters+1) {
+		return rpctypes.ErrGRPCUnhealthy
+	}
+	return nil
+}
+
+// mayRemoveMember is etcd's --strict-reconfig-check before a removal: a
+// learner goes; a voting member goes if the voting members left keep a
+// started quorum. A member that never started is not connected, so its
+// removal costs no active quorum.
+func mayRemoveMember(members []*pb.Member, self, id uint64) error {
+	if m := memberByID(members, id); m != nil && m.IsLearner {
+		return nil
+	}
+	left, up := 0, 0
+	for _, m := range members {
+		if m.IsLearner || m.ID == id {
+			continue
+		}
+		left++
+		if m.ID == self {
+			up++
+		}
+	}
+	if up < quorum(left) {
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	}
+	return nil
+}
+
 func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
 	members, err := c.changeMembers(ctx, func(members []*pb.Member) error {
-		m := memberByID(members, r.ID)
-		switch {
-		case m == nil:
-			return rpctypes.ErrGRPCMemberNotFound
-		case c.s.cluster != nil:
+		if c.s.cluster != nil {
+			if memberByID(members, r.ID) == nil {
+				return rpctypes.ErrGRPCMemberNotFound
+			}
 			return errClusteredMembership
-		case !m.IsLearner:
+		}
+		if !c.s.cfg.LooseReconfigCheck {
+			if err := mayRemoveMember(members, c.s.memberID, r.ID); err != nil {
+				return err
+			}
+		}
+		switch {
+		case memberByID(members, r.ID) == nil:
+			return rpctypes.ErrGRPCMemberNotFound
+		case r.ID == c.s.memberID:
+			// etcd without the check would remove itself and stop.
 			return rpctypes.ErrGRPCMemberNotEnoughStarted
 		}
 		return c.s.writeMember(ctx, r.ID, nil)

@@ -123,6 +123,9 @@ type Config struct {
 	// WarningUnaryRequestDuration: a unary request slower than this is
 	// logged as a warning (etcd's default 300ms); negative: never.
 	WarningUnaryRequestDuration time.Duration
+	// LooseReconfigCheck is etcd's --strict-reconfig-check=false:
+	// membership changes are not checked against the started quorum.
+	LooseReconfigCheck bool
 }
 
 // Store is what the server needs of mvcc.
