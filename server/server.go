@@ -36,8 +36,10 @@ import (
 	"github.com/settdb/sett/watch"
 )
 
-// Version is the etcd API version sett implements and reports.
-const Version = "3.7.0"
+// Version is the etcd version sett implements and reports (Status,
+// /version, etcd_server_version): that of the etcd API module go.mod
+// pins, kept in step by TestVersionIsPinnedEtcd.
+const Version = "3.7.3"
 
 // storageVersion is what etcd 3.7 reports as its storage schema version.
 const storageVersion = "3.7.0"
