@@ -13,6 +13,10 @@ import (
 // castagnoli is the CRC-32 polynomial etcd hashes with.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// etcdKeyBucket is the name of etcd's bucket of keys, where etcd's HashKV
+// starts.
+var etcdKeyBucket = []byte("key")
+
 // KVHash is etcd's HashKV answer: a hash of the key-value history up to
 // Revision as compaction at CompactRevision leaves it visible.
 type KVHash struct {
@@ -33,7 +37,9 @@ type KVHash struct {
 // tombstone. Two stores given the same writes and compactions therefore
 // hash alike at every revision both still hold, and so does a store
 // restored from a backup of either. The encoding hashed is sett's own,
-// so the number is not comparable with etcd's.
+// so the number is not comparable with etcd's, except where there is
+// nothing to hash: both start from the name of etcd's bucket of keys, so
+// an empty keyspace hashes as an empty etcd's does (not to 0).
 //
 // A compaction at C changes what is hashed at C and above. So that the
 // hash at C does not change under whoever compares it over time
@@ -82,6 +88,7 @@ func (v *view) hashKV(ctx context.Context, rev int64) (KVHash, int64, error) {
 		return KVHash{}, v.rev, err
 	}
 	h := crc32.New(castagnoli)
+	h.Write(etcdKeyBucket)
 	var buf []byte
 	it := v.r.Iterate([]byte{prefixKey}, []byte{prefixKey + 1}, false)
 	defer it.Close()

@@ -56,7 +56,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 	if iu, ok := m.s.sizer.(inUser); ok {
 		inUse = iu.InUse()
 	}
-	idx := m.s.store.AppliedIndex()
+	idx := m.s.raftIndex()
 	resp := &pb.StatusResponse{
 		Header:           &pb.ResponseHeader{},
 		Version:          Version,

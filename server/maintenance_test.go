@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -525,6 +526,14 @@ func TestMaintenanceLikeEtcd(t *testing.T) {
 	ref := startEtcd(t)
 	_, sut := startSett(t, "", server.Config{})
 	a, b := maintenanceTranscript(t, ref), maintenanceTranscript(t, sut)
+	// The one downgrade etcd allows, to 3.6, sett refuses: etcd cannot
+	// read its data.
+	for _, action := range []pb.DowngradeRequest_DowngradeAction{pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE} {
+		_, err := pb.NewMaintenanceClient(sut.ActiveConnection()).Downgrade(ctxT(t), &pb.DowngradeRequest{Action: action, Version: "3.6"})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("downgrade %s 3.6: %v, want FailedPrecondition", action, err)
+		}
+	}
 	for _, l := range a {
 		t.Log(l)
 	}
@@ -580,12 +589,37 @@ func maintenanceTranscript(t *testing.T, cli *clientv3.Client) []string {
 		}
 		note(step, r, err)
 	}
+	raftIndex := func(step string) {
+		r, err := mt.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s: raft index %d applied %d", step, r.RaftIndex, r.RaftAppliedIndex))
+	}
+	downgrade := func(action pb.DowngradeRequest_DowngradeAction, v string) {
+		r, err := mt.Downgrade(ctx, &pb.DowngradeRequest{Action: action, Version: v})
+		note(fmt.Sprintf("downgrade %s %q", action, v), r, err)
+	}
 	putOp := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("t"), Value: []byte("v")}}}
+
+	// An empty keyspace hashes as etcd's does, and a fresh member is past
+	// its first raft entries.
+	r0, err := mt.HashKV(ctx, &pb.HashKVRequest{})
+	note("hashkv of nothing", r0, err)
+	raftIndex("fresh")
+	for _, v := range []string{"3.0", "3.7", "3.8.1", "4", "v3.6", "3.x", ""} {
+		downgrade(pb.DowngradeRequest_VALIDATE, v)
+		downgrade(pb.DowngradeRequest_ENABLE, v)
+	}
+	downgrade(pb.DowngradeRequest_CANCEL, "")
+	downgrade(7, "3.6")
+	raftIndex("after the downgrades")
 	delOp := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}}}
 	getOp := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a")}}}
 
 	put("put a", "a")
 	put("put b", "b")
+	raftIndex("after two puts")
 	alarm(pb.AlarmRequest_GET, 0, pb.AlarmType_NONE)
 	status("no alarm")
 	hashKV("hashkv current", 0)

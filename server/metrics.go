@@ -159,7 +159,7 @@ func newMetrics(s *Server) *metrics {
 	stats := func(f func(mvcc.Stats) int64) func() float64 {
 		return func() float64 { return float64(f(s.stats())) }
 	}
-	applied := func() float64 { return float64(s.store.AppliedIndex()) }
+	applied := func() float64 { return float64(s.raftIndex()) }
 	reg.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.grpc, m.clientRequests, m.bytesReceived, m.bytesSent,

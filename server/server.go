@@ -361,6 +361,16 @@ func (s *Server) raftTerm() uint64 {
 	return raftTerm
 }
 
+// bootstrapEntries is the raft index of a fresh single etcd member: its
+// log starts with the entries that bootstrap it (its own addition, its
+// leader's first entry, its attributes, the cluster version).
+const bootstrapEntries = 4
+
+// raftIndex is what the server reports as etcd's raft index, committed
+// and applied: the writes the store has applied, counted on from where a
+// fresh etcd's index starts, so that it is never 0, as etcd's is not.
+func (s *Server) raftIndex() uint64 { return bootstrapEntries + s.store.AppliedIndex() }
+
 // admit applies etcd's quota and alarm checks, then its size check, to
 // a write request.
 func (s *Server) admit(m proto.Message) error {
