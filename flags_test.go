@@ -84,6 +84,9 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{[]string{"--cors", "not-an-origin"}, "--cors"},
 		{[]string{"--max-concurrent-streams", "0"}, "--max-concurrent-streams 0"},
 		{[]string{"--unsafe-no-fsync", "--engine", "tikv"}, "--unsafe-no-fsync is refused with --engine tikv"},
+		// etcd's words, which its own e2e suite waits for.
+		{[]string{"--v2-deprecation=not-yet"}, `invalid value "not-yet" for flag -v2-deprecation: invalid value "not-yet"`},
+		{[]string{"--v2-deprecation=gone,not-yet"}, `invalid value "gone,not-yet" for flag -v2-deprecation: invalid value "not-yet"`},
 	} {
 		args := append([]string{"sett", "--data-dir", filepath.Join(dir, "never"), "--log-outputs", "/dev/null"}, c.args...)
 		err := app().Run(args)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -407,7 +408,7 @@ func (s *Server) Listen() error {
 			files.CertFile, files.KeyFile = cert, key
 		}
 		if files.Empty() {
-			return errors.New("https or unixs URLs need --cert-file and --key-file, or --auto-tls")
+			return s.missingTLS()
 		}
 		conf, err := newTLSConfig(files)
 		if err != nil {
@@ -513,13 +514,28 @@ func (s *Server) checkNoTLS() error {
 	return nil
 }
 
-func (s *Server) needsTLS() bool {
-	for _, u := range s.allURLs() {
-		if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://") {
-			return true
+// errMissingMetricsTLS refuses an https or unixs metrics URL without a
+// certificate, in etcd's words.
+var errMissingMetricsTLS = errors.New("client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url")
+
+// missingTLS says which secure URL has no certificate: a client URL
+// first, in etcd's words and order (etcd opens the client listeners
+// before the metrics ones).
+func (s *Server) missingTLS() error {
+	for _, u := range append(append([]string(nil), s.cfg.ListenClientURLs...), s.cfg.ListenClientHTTPURLs...) {
+		if secureURL(u) {
+			return fmt.Errorf("TLS key/cert (--cert-file, --key-file) must be provided for client url %s with HTTPS scheme (or --auto-tls)", u)
 		}
 	}
-	return false
+	return errMissingMetricsTLS
+}
+
+func secureURL(u string) bool {
+	return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://")
+}
+
+func (s *Server) needsTLS() bool {
+	return slices.ContainsFunc(s.allURLs(), secureURL)
 }
 
 func (s *Server) allURLs() []string {
