@@ -31,7 +31,9 @@ func serveFlagsNoEnv() []cli.Flag {
 		&cli.StringFlag{Name: "data-dir", Value: "./sett.data", Usage: "data directory"},
 		&cli.StringFlag{Name: "engine", Value: "badger", Usage: "storage engine: badger, or tikv (a binary built with -tags tikv)"},
 		&cli.StringFlag{Name: "tikv-pd-endpoints", Usage: "with --engine tikv: comma-separated PD addresses host:port, or mock://DIR for client-go's in-process mock cluster (trials and tests only)"},
-		&cli.StringFlag{Name: "initial-cluster-token", Usage: "with --engine tikv: the cluster's name; members with the same token report the same cluster ID (default sett)"},
+		&cli.StringFlag{Name: "initial-cluster-token", Usage: "the cluster's name: a new single member derives its member and cluster IDs from it as etcd does (default etcd-cluster); with --engine tikv, members with the same token report the same cluster ID (default sett)"},
+		&cli.StringFlag{Name: "initial-advertise-peer-urls", Usage: "comma-separated peer URLs a new single member derives its IDs from, as etcd does, and lists for itself (default http://localhost:2380)"},
+		&cli.StringFlag{Name: "initial-cluster", Usage: "etcd's name=peer-URL list; a new single member derives its IDs from its own entry, as etcd does (default: --name at --initial-advertise-peer-urls)"},
 		&cli.DurationFlag{Name: "election-lease", Value: 2 * time.Second, Usage: "with --engine tikv: how long an elected leader holds leadership without renewing it; a leader that stops is replaced after about 1.5x this"},
 		&cli.StringFlag{Name: "listen-client-urls", Value: "http://127.0.0.1:2379", Usage: "comma-separated URLs to serve clients on: http(s)://host:port, unix(s):///path"},
 		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients"},
@@ -129,7 +131,7 @@ var (
 		"discovery-insecure-transport", "discovery-insecure-skip-tls-verify",
 	}
 	notApplicableValues = []string{
-		"initial-cluster", "initial-cluster-state", "initial-advertise-peer-urls",
+		"initial-cluster-state",
 		"listen-peer-urls", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-crl-file",
 		"peer-cert-allowed-cn", "peer-cert-allowed-hostname", "peer-client-cert-file", "peer-client-key-file",
 		"snapshot-count", "heartbeat-interval", "election-timeout", "max-snapshots", "max-wals", "wal-dir",

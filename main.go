@@ -273,6 +273,14 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	memberID := server.MemberID(c.String("name"))
+	var clusterID uint64
+	if !st.shared {
+		if memberID, clusterID, err = singleIdentity(ctx, c, store, log); err != nil {
+			store.Close()
+			st.close()
+			return err
+		}
+	}
 	lessor := ttl.New(store, ttl.Options{Logger: log, Member: memberID, Follower: st.shared})
 	advertise := splitURLs(c.String("advertise-client-urls"))
 	var election *cluster.Election
@@ -329,6 +337,9 @@ func runServe(c *cli.Context) error {
 		DataDir:                     dir,
 		EnablePprof:                 c.Bool("enable-pprof"),
 		LooseReconfigCheck:          !c.Bool("strict-reconfig-check"),
+		MemberID:                    memberID,
+		ClusterID:                   clusterID,
+		PeerURLs:                    splitURLs(c.String("initial-advertise-peer-urls")),
 		QuotaBackendBytes:           c.Int64("quota-backend-bytes"),
 		MaxRequestBytes:             c.Int("max-request-bytes"),
 		MaxTxnOps:                   c.Int("max-txn-ops"),
@@ -390,4 +401,41 @@ func runServe(c *cli.Context) error {
 	}
 	log.Info("stopped")
 	return err
+}
+
+// singleIdentity is a single member's member and cluster IDs: those it
+// keeps from its first start, or, on a new data dir, etcd's for the same
+// --name, --initial-cluster, --initial-advertise-peer-urls and
+// --initial-cluster-token, kept from then on, as etcd keeps its own. A
+// data dir written before sett kept them goes on with the IDs derived
+// from --name (cluster ID 0 says so to the server), which its member
+// records are keyed by.
+func singleIdentity(ctx context.Context, c *cli.Context, store *mvcc.Store, log *slog.Logger) (member, cluster uint64, err error) {
+	member, cluster, ok, err := store.Identity()
+	if err != nil || ok {
+		return member, cluster, err
+	}
+	legacy := server.MemberID(c.String("name"))
+	records, err := store.MemberRecords()
+	if err != nil {
+		return 0, 0, err
+	}
+	if store.Rev() > 1 || len(records) > 0 {
+		return legacy, 0, nil
+	}
+	b := server.Bootstrap{
+		Name: c.String("name"), InitialCluster: c.String("initial-cluster"),
+		AdvertisePeerURLs: c.String("initial-advertise-peer-urls"), Token: c.String("initial-cluster-token"),
+	}
+	if b.AdvertisePeerURLs == "" {
+		b.AdvertisePeerURLs = "http://localhost:2380"
+	}
+	if b.Token == "" {
+		b.Token = "etcd-cluster"
+	}
+	if member, cluster, err = server.EtcdIDs(b); err != nil {
+		log.Warn("member and cluster IDs derived from --name: etcd would not start with these flags", "error", err)
+		return legacy, 0, nil
+	}
+	return member, cluster, store.WriteIdentity(ctx, member, cluster)
 }

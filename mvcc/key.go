@@ -164,7 +164,7 @@ var (
 	metaState       = []byte("mstate")       // revision, applied index, writer's epoch
 	metaCompact     = []byte("mcompact")     // compact revision requested
 	metaCleaned     = []byte("mcleaned")     // compact revision fully cleaned up
-	metaMember      = []byte("mmember")      // cluster and member ids, raft term
+	metaMember      = []byte("mmember")      // member and cluster ids of a single member (member.go)
 	metaLayout      = []byte("mlayout")      // version of the key layout above
 	metaAlarms      = []byte("malarms")      // active alarms (alarm.go)
 	metaPending     = []byte("mpending")     // revision a large request is writing (spill.go)

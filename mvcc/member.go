@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/settdb/sett/engine"
 )
 
 // Member records live under 'p' + BE(id): the membership a single sett
@@ -48,5 +52,33 @@ func (s *Store) WriteMember(ctx context.Context, id uint64, record []byte) error
 		}
 		return nil, w.tx.Put(memberKey(id), record)
 	})
+	return err
+}
+
+// Identity returns the member and cluster IDs a single member keeps
+// (under metaMember) from its first start on, as etcd keeps its own in
+// its log; ok is false before they are first written.
+func (s *Store) Identity() (member, cluster uint64, ok bool, err error) {
+	snap, err := s.eng.Snapshot()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer snap.Close()
+	b, err := snap.Get(metaMember)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return 0, 0, false, nil
+	case err != nil:
+		return 0, 0, false, err
+	case len(b) != 16:
+		return 0, 0, false, fmt.Errorf("identity: %w", errBadRecord)
+	}
+	return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), true, nil
+}
+
+// WriteIdentity keeps the member and cluster IDs durably (see Identity).
+func (s *Store) WriteIdentity(ctx context.Context, member, cluster uint64) error {
+	b := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, member), cluster)
+	_, err := s.submit(ctx, "", func(w *writer) (any, error) { return nil, w.tx.Put(metaMember, b) })
 	return err
 }

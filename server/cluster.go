@@ -117,6 +117,9 @@ func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
 		return nil, err
 	}
 	self := &pb.Member{ID: s.memberID, Name: s.cfg.Name, PeerURLs: []string{singlePeerURL}, ClientURLs: s.clientURLs()}
+	if len(s.cfg.PeerURLs) > 0 {
+		self.PeerURLs = s.cfg.PeerURLs
+	}
 	if rec, ok := records[s.memberID]; ok {
 		self.PeerURLs = rec.PeerURLs
 	}

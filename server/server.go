@@ -129,6 +129,14 @@ type Config struct {
 	// LooseReconfigCheck is etcd's --strict-reconfig-check=false:
 	// membership changes are not checked against the started quorum.
 	LooseReconfigCheck bool
+	// MemberID and ClusterID, when not zero, are this single member's
+	// identity (see EtcdIDs); zero: derived from Name. A clustered
+	// member's cluster ID comes from ClusterToken.
+	MemberID, ClusterID uint64
+	// PeerURLs are the peer URLs this member lists for itself until a
+	// MemberUpdate records others (etcd's
+	// --initial-advertise-peer-urls); nil: etcd's default.
+	PeerURLs []string
 }
 
 // Store is what the server needs of mvcc.
@@ -270,6 +278,9 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	// them from its configuration, so restarts keep them.
 	s.memberID = MemberID(cfg.Name)
 	s.clusterID = hash64("cluster", cfg.Name)
+	if cfg.MemberID != 0 && cfg.ClusterID != 0 {
+		s.memberID, s.clusterID = cfg.MemberID, cfg.ClusterID
+	}
 	s.election = alwaysLeader{id: s.memberID}
 	if cfg.Cluster != nil {
 		if cfg.ClusterToken == "" {
