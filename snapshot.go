@@ -271,7 +271,7 @@ func snapshotStatus(c *cli.Context) error {
 	}
 	version := info.Version
 	if version == "" {
-		version = server.Version
+		version = server.StorageVersion
 	}
 	row := []string{
 		fmt.Sprintf("%x", info.Hash),

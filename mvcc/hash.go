@@ -194,9 +194,10 @@ func newStoreHasher() *storeHasher {
 // clustered store adds says only which leader wrote it. The hash kept of
 // the last compaction is left out: it is derived from the data and
 // written in the background after the compaction, so two stores with the
-// same data may differ only in whether it has landed yet.
+// same data may differ only in whether it has landed yet. The member's
+// identity is left out too: it says whose the data is, not what it is.
 func (h *storeHasher) add(k, v []byte) {
-	if bytes.Equal(k, metaCompactHash) {
+	if bytes.Equal(k, metaCompactHash) || bytes.Equal(k, metaMember) {
 		return
 	}
 	h.entries++

@@ -77,8 +77,18 @@ func (s *Store) Identity() (member, cluster uint64, ok bool, err error) {
 }
 
 // WriteIdentity keeps the member and cluster IDs durably (see Identity).
+// It is the member's bootstrap, not a request: it commits beside the
+// sequencer, so the applied index does not count it, and is meant for a
+// single member before it serves.
 func (s *Store) WriteIdentity(ctx context.Context, member, cluster uint64) error {
+	tx, err := s.eng.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Discard()
 	b := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, member), cluster)
-	_, err := s.submit(ctx, "", func(w *writer) (any, error) { return nil, w.tx.Put(metaMember, b) })
-	return err
+	if err := tx.Put(metaMember, b); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }

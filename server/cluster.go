@@ -264,7 +264,7 @@ func quorum(n int) int { return n/2 + 1 }
 
 // mayAddMember is etcd's --strict-reconfig-check before an add: a voting
 // member must leave a started quorum (or be the second of two, etcd's
-// restore case), and this member, the only one connected, must stay a
+// restore case), and the members connected, only this one, must stay a
 // quorum of the voting members with the new one counted as down.
 func mayAddMember(members []*pb.Member, self uint64, learner bool) error {
 	voters, up := 0, 0
@@ -279,7 +279,9 @@ func mayAddMember(members []*pb.Member, self uint64, learner bool) error {
 	if !learner && !(up == 1 && voters+1 == 2) && up < quorum(voters+1) {
 		return rpctypes.ErrGRPCMemberNotEnoughStarted
 	}
-	if voters > 1 && 1 < quorum(voters+1) {
+	// Only this member is connected: with the new one down, one is a
+	// quorum only of a single voter (etcd lets a single member grow).
+	if voters > 1 {
 		return rpctypes.ErrGRPCUnhealthy
 	}
 	return nil

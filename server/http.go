@@ -33,7 +33,7 @@ func (s *Server) handler() http.Handler {
 	})
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"etcdserver":%q,"etcdcluster":%q,"storage":%q}`, Version, clusterVersion, storageVersion)
+		fmt.Fprintf(w, `{"etcdserver":%q,"etcdcluster":%q,"storage":%q}`, Version, clusterVersion, StorageVersion)
 	})
 	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(s.metrics.registry, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	// Go's expvar, which etcd serves on every client URL, GET only.

@@ -66,7 +66,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftIndex:        idx,
 		RaftTerm:         m.s.raftTerm(),
 		RaftAppliedIndex: idx,
-		StorageVersion:   storageVersion,
+		StorageVersion:   StorageVersion,
 		DbSizeQuota:      m.s.cfg.QuotaBackendBytes,
 		DowngradeInfo:    &pb.DowngradeInfo{},
 	}
@@ -194,7 +194,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 		if err := stream.Send(&pb.SnapshotResponse{
 			RemainingBytes: uint64(data - sent),
 			Blob:           buf,
-			Version:        storageVersion,
+			Version:        StorageVersion,
 		}); err != nil {
 			return err
 		}
@@ -203,7 +203,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	if _, err := io.ReadFull(file, sum); err != nil {
 		return toGRPC(fmt.Errorf("snapshot checksum: %w", err))
 	}
-	if err := stream.Send(&pb.SnapshotResponse{Blob: sum, Version: storageVersion}); err != nil {
+	if err := stream.Send(&pb.SnapshotResponse{Blob: sum, Version: StorageVersion}); err != nil {
 		return err
 	}
 	m.s.log.Info("sent database snapshot to client", "total_bytes", data, "revision", rev,

@@ -42,8 +42,9 @@ import (
 // pins, kept in step by TestVersionIsPinnedEtcd.
 const Version = "3.7.3"
 
-// storageVersion is what etcd 3.7 reports as its storage schema version.
-const storageVersion = "3.7.0"
+// StorageVersion is what etcd 3.7 reports as its storage schema version
+// (Status, snapshots), behind its own version.
+const StorageVersion = "3.7.0"
 
 // grpcOverhead is the slack etcd allows above --max-request-bytes at the
 // gRPC layer, so that a request just over the limit gets etcd's "request
