@@ -23,6 +23,8 @@ type figure struct {
 type results struct {
 	figures  []*figure
 	failures int
+
+	loadStart, loadEnd string // /proc/loadavg's 1, 5 and 15 minute averages
 }
 
 func (r *results) get(workload, metric, unit string) *figure {
@@ -77,7 +79,9 @@ func (f *figure) cell(kind string) string {
 func (f *figure) ratio() string {
 	s, ok1 := f.value["sett"]
 	e, ok2 := f.value["etcd"]
-	if !ok1 || !ok2 || e == 0 {
+	// A ratio of signed figures (a delay that can be negative) means
+	// nothing.
+	if !ok1 || !ok2 || e <= 0 || s < 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.2fx", s/e)
@@ -89,8 +93,10 @@ func format(v float64) string {
 	switch {
 	case a == 0:
 		return "0"
-	case a >= 1000:
+	case a >= 999.5:
 		return commas(int64(math.Round(v)))
+	case v == math.Trunc(v):
+		return fmt.Sprintf("%.0f", v) // a count
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:
@@ -121,6 +127,7 @@ func commas(n int64) string {
 
 // printTable prints every figure with sett's value, etcd's and their ratio.
 func (r *results) printTable(w io.Writer) {
+	fmt.Fprintf(w, "load average (1, 5, 15 min): %s at start, %s at end\n\n", r.loadStart, r.loadEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tsett/etcd\t")
 	for _, f := range r.figures {
@@ -132,6 +139,7 @@ func (r *results) printTable(w io.Writer) {
 // printMarkdown prints the same figures as a markdown table for
 // docs/BENCHMARKS.md.
 func (r *results) printMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "Load average (1, 5, 15 min): %s at the start of the run, %s at the end.\n\n", r.loadStart, r.loadEnd)
 	fmt.Fprintln(w, "| workload | metric | sett | etcd | sett/etcd |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
 	for _, f := range r.figures {
@@ -151,6 +159,31 @@ func secs(d time.Duration) float64   { return d.Seconds() }
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
+// latency records the median and p99 of ds, in ms, as "label, p50
+// latency" and "label, p99 latency". Nothing is recorded for no samples.
+func (r *results) latency(kind, workload, label string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r.set(kind, workload, label+", p50 latency", "ms", millis(rank(s, 50)))
+	r.set(kind, workload, label+", p99 latency", "ms", millis(rank(s, 99)))
+}
+
+// spread records the median, p99 and maximum of ds, in ms, as "label,
+// p50", "label, p99" and "label, max".
+func (r *results) spread(kind, workload, label string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r.set(kind, workload, label+", p50", "ms", millis(rank(s, 50)))
+	r.set(kind, workload, label+", p99", "ms", millis(rank(s, 99)))
+	r.set(kind, workload, label+", max", "ms", millis(s[len(s)-1]))
+}
+
 // percentile is the p-th percentile (0–100) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
@@ -158,6 +191,31 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
+	return rank(s, p)
+}
+
+// rank is the p-th percentile (0–100) of s, which is sorted, nearest rank.
+func rank(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
 	i := int(math.Ceil(p/100*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// timings collects request latencies from several goroutines, one slice
+// per worker, so that recording never contends.
+type timings [][]time.Duration
+
+func newTimings(workers int) timings { return make(timings, workers) }
+
+// since records the time since t0 for worker w.
+func (t timings) since(w int, t0 time.Time) { t[w] = append(t[w], time.Since(t0)) }
+
+func (t timings) all() []time.Duration {
+	var ds []time.Duration
+	for _, w := range t {
+		ds = append(ds, w...)
+	}
+	return ds
 }
