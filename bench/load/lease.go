@@ -83,15 +83,17 @@ func (b *bench) leases(ctx context.Context, kind string) error {
 	t0 := time.Now()
 	// The renewed leases first, renewed from then on.
 	ids := make([]clientv3.LeaseID, kept)
-	if err := grantLeases(ctx, s.cli, 0, kept, func(int) int64 { return renewTTL }, ex, ids); err != nil {
+	if err := grantLeases(ctx, s.cli, 0, kept, func(int) int64 { return renewTTL }, nil, ex, ids); err != nil {
 		return err
 	}
-	p := &pacer{start: time.Now(), m: n - kept, perLease: time.Since(t0) / time.Duration(max(1, kept)), over: b.cfg.leaseExpireOver}
+	// Until its own grants show their pace, the pacer assumes half that
+	// of the renewed leases' (they were granted while nothing else ran).
+	p := &pacer{start: time.Now(), m: n - kept, perLease: 2 * time.Since(t0) / time.Duration(max(1, kept)), over: b.cfg.leaseExpireOver}
 	r := &renewer{cli: rcli, ids: ids}
 	rctx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
 	renewing := r.start(rctx)
-	if err := grantLeases(ctx, s.cli, kept, n, func(j int) int64 { return p.ttl(j - kept) }, ex, nil); err != nil {
+	if err := grantLeases(ctx, s.cli, kept, n, func(j int) int64 { return p.ttl(j - kept) }, p.granted, ex, nil); err != nil {
 		return err
 	}
 	granted := time.Now()
@@ -168,8 +170,9 @@ func (b *bench) leases(ctx context.Context, kind string) error {
 // seconds, from 64 goroutines sharing cli, and puts leaseKey(i), a small
 // value, on lease i, as kube-apiserver attaches an object to a lease.
 // Each lease's due time is its grant's response time plus the TTL
-// granted. ids, if not nil, receives the lease IDs, ids[i] for lease i.
-func grantLeases(ctx context.Context, cli *clientv3.Client, from, to int, ttl func(i int) int64, ex *expiries, ids []clientv3.LeaseID) error {
+// granted; granted, if not nil, is called after each grant. ids, if not
+// nil, receives the lease IDs, ids[i] for lease i.
+func grantLeases(ctx context.Context, cli *clientv3.Client, from, to int, ttl func(i int) int64, granted func(), ex *expiries, ids []clientv3.LeaseID) error {
 	const workers = 64
 	rngs := make([]*rand.Rand, workers)
 	for i := range rngs {
@@ -184,6 +187,9 @@ func grantLeases(ctx context.Context, cli *clientv3.Client, from, to int, ttl fu
 			return err
 		}
 		ex.due[i].Store(time.Now().Add(time.Duration(g.TTL) * time.Second).UnixNano())
+		if granted != nil {
+			granted()
+		}
 		if ids != nil {
 			ids[i] = g.ID
 		}
@@ -195,33 +201,44 @@ func grantLeases(ctx context.Context, cli *clientv3.Client, from, to int, ttl fu
 // A pacer picks the TTL of each lease that is left to expire so that,
 // however fast the server grants, none runs out before granting ends
 // and they run out one after another over the stretch that follows:
-// lease j of m about a second plus over×(j+1)/m after the end of
+// lease j of m about paceMargin plus over×(j+1)/m after the end of
 // granting, which it estimates from the pace of the grants so far. (A
 // fixed TTL would have the first leases expire while the last are still
 // being granted, wherever granting takes longer than the TTL.)
 type pacer struct {
-	start    time.Time     // when the first of the m leases was granted
+	start    time.Time     // when the first of the m leases was asked for
 	m        int           // leases to grant
-	perLease time.Duration // the pace to assume before any is done
+	perLease time.Duration // the pace to assume until enough are granted
 	over     time.Duration
+	asked    atomic.Int64
 	done     atomic.Int64
 }
 
-// minLeaseTTL is the least TTL a pacer grants, in seconds; etcd raises
-// anything shorter than about 2 s.
-const minLeaseTTL = 3
+const (
+	// minLeaseTTL is the least TTL a pacer grants, in seconds; etcd
+	// raises anything shorter than about 2 s.
+	minLeaseTTL = 3
+	// paceMargin is how long after the estimated end of granting the
+	// first lease runs out: room for the estimate's error.
+	paceMargin = 2 * time.Second
+	// paceAfter is how many grants must be answered before their pace
+	// replaces the assumed one: the first answers come back together.
+	paceAfter = 256
+)
 
 // ttl is the TTL in seconds for the j-th lease of the m.
 func (p *pacer) ttl(j int) int64 {
-	done := p.done.Add(1) - 1 // grants asked for so far: the pace's measure
+	left := p.m - int(p.asked.Add(1)-1)
 	per := p.perLease
-	if done > 0 {
+	if done := p.done.Load(); done >= paceAfter {
 		per = time.Since(p.start) / time.Duration(done)
 	}
-	left := per * time.Duration(p.m-int(done))
-	target := left + time.Second + p.over*time.Duration(j+1)/time.Duration(p.m)
+	target := per*time.Duration(left) + paceMargin + p.over*time.Duration(j+1)/time.Duration(p.m)
 	return max(minLeaseTTL, int64((target+time.Second-1)/time.Second))
 }
+
+// granted counts one grant answered.
+func (p *pacer) granted() { p.done.Add(1) }
 
 // expiries holds, for every lease i, when it is due to expire and when
 // the delete event of its key arrived, both in Unix nanoseconds (0: not
