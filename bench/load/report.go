@@ -41,8 +41,9 @@ func (r *results) get(workload, metric, unit string) *figure {
 // set records kind's value of a figure and prints it at once, so that a
 // long run shows progress.
 func (r *results) set(kind, workload, metric, unit string, v float64) {
-	r.get(workload, metric, unit).value[kind] = v
-	fmt.Printf("  %-4s %-40s %s %s\n", kind, metric, format(v), unit)
+	f := r.get(workload, metric, unit)
+	f.value[kind] = v
+	fmt.Printf("  %-4s %-40s %s %s\n", kind, metric, f.format(v), unit)
 }
 
 // fail records that kind could not run a workload.
@@ -62,7 +63,7 @@ func (f *figure) cell(kind string) string {
 	v, ok := f.value[kind]
 	s := ""
 	if ok {
-		s = format(v)
+		s = f.format(v)
 	}
 	if n := f.note[kind]; n != "" {
 		if s != "" {
@@ -87,6 +88,15 @@ func (f *figure) ratio() string {
 	return fmt.Sprintf("%.2fx", s/e)
 }
 
+// format prints a value: a count (no unit) as a whole number, anything
+// else with as many decimals as its size deserves.
+func (f *figure) format(v float64) string {
+	if f.unit == "" && v == math.Trunc(v) && math.Abs(v) < 1000 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return format(v)
+}
+
 // format prints a value with as many decimals as its size deserves.
 func format(v float64) string {
 	a := math.Abs(v)
@@ -95,8 +105,6 @@ func format(v float64) string {
 		return "0"
 	case a >= 999.5:
 		return commas(int64(math.Round(v)))
-	case v == math.Trunc(v):
-		return fmt.Sprintf("%.0f", v) // a count
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:
