@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -281,16 +282,12 @@ func TestTLS(t *testing.T) {
 					return c
 				}(),
 			} {
-				conn, err := tls.Dial("tcp", addr, conf)
-				if err == nil {
-					// TLS 1.3 tells the client of a refused certificate
-					// only at its first read.
-					conn.SetDeadline(time.Now().Add(5 * time.Second))
-					_, err = conn.Read(make([]byte, 1))
-					conn.Close()
-				}
-				if err == nil {
-					t.Errorf("%s: handshake accepted, want it refused", name)
+				// A request, not just a handshake: TLS 1.3 tells a client
+				// its certificate was refused only once it reads.
+				hc := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
+				if resp, err := hc.Get("https://" + addr + "/health"); err == nil {
+					resp.Body.Close()
+					t.Errorf("%s: served (%s), want the handshake refused", name, resp.Status)
 				}
 			}
 			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: client(tc.served)}, Timeout: 10 * time.Second}
@@ -387,4 +384,57 @@ func TestHealth(t *testing.T) {
 			t.Errorf("%s with the endpoint down: %+v", path, h)
 		}
 	}
+}
+
+// TestClientGone: when a client goes away mid-stream, the proxy ends the
+// call it opened upstream, so an endpoint keeps no stream for a client
+// that is gone.
+func TestClientGone(t *testing.T) {
+	endpoint := startSett(t, server.Config{})
+	p := startProxy(t, proxy.Config{Endpoints: []string{endpoint}})
+	ctx := harness.Context(t)
+	cli := harness.NewClient(t, p.Addr().String())
+	for _, key := range []string{"a", "b", "c"} {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithCreatedNotify())
+		<-wch
+		if open := openWatches(t, endpoint); open != 1 {
+			t.Fatalf("watch streams open at the endpoint: %d, want 1", open)
+		}
+		cancel()
+		for open := openWatches(t, endpoint); open != 0; open = openWatches(t, endpoint) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("watch streams open at the endpoint after the client cancelled: %d", open)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// openWatches is how many Watch streams the endpoint started and has not
+// ended, from its gRPC metrics.
+func openWatches(t *testing.T, endpoint string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + endpoint + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var started, handled float64
+	for _, line := range strings.Split(string(b), "\n") {
+		var v float64
+		switch {
+		case strings.HasPrefix(line, "grpc_server_started_total{") && strings.Contains(line, `grpc_method="Watch"`):
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				started += v
+			}
+		case strings.HasPrefix(line, "grpc_server_handled_total{") && strings.Contains(line, `grpc_method="Watch"`):
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				handled += v
+			}
+		}
+	}
+	return int(started - handled)
 }
