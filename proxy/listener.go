@@ -36,14 +36,28 @@ func newSplit(l net.Listener) *split {
 	return s
 }
 
+// run accepts until the listener is closed. Other errors (out of file
+// descriptors, say) pass: it waits a little, longer each time, and tries
+// again, as net/http's server does.
 func (s *split) run() {
+	var wait time.Duration
 	for {
 		c, err := s.l.Accept()
-		if err != nil {
+		if err == nil {
+			wait = 0
+			go s.route(c)
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) {
 			s.close()
 			return
 		}
-		go s.route(c)
+		wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+		select {
+		case <-time.After(wait):
+		case <-s.done:
+			return
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -74,6 +75,8 @@ type Config struct {
 	// the proxy's check of itself then does not verify it.
 	SelfSignedTLS bool
 
+	// MaxConcurrentStreams bounds the calls open at once on one client
+	// connection (0: no bound).
 	MaxConcurrentStreams uint32
 	// GRPCKeepaliveMinTime is the least time a client should leave
 	// between pings; GRPCKeepaliveInterval and GRPCKeepaliveTimeout
@@ -253,7 +256,12 @@ func (p *Proxy) listen() error {
 func (p *Proxy) selfClient() (*clientv3.Client, error) {
 	target := p.cfg.AdvertiseClientURL
 	if target == "" {
-		target = p.l.Addr().String()
+		// A proxy listening on every address is called on loopback.
+		a := p.l.Addr().(*net.TCPAddr)
+		if a.IP.IsUnspecified() {
+			a = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: a.Port}
+		}
+		target = a.String()
 	}
 	cfg := clientv3.Config{Endpoints: []string{target}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
 	if p.tls != nil {
@@ -330,21 +338,47 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		p.log.Info("gRPC proxy listening for metrics", "address", p.cfg.MetricsURL)
 	}
 	p.log.Info("started gRPC proxy", "address", p.l.Addr().String(), "endpoints", p.cfg.Endpoints, "tls", p.tls != nil)
+	if p.cfg.AutoSyncInterval > 0 {
+		go p.logEndpoints(ctx)
+	}
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+		if errors.Is(err, errClosed) {
+			err = fmt.Errorf("grpc-proxy: stopped accepting connections on %s", p.l.Addr())
+		}
 	}
 	sp.close()
 	for _, s := range servers {
 		s.Close()
 	}
 	p.grpc.Stop()
-	if errors.Is(err, errClosed) || errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	p.log.Info("stopped gRPC proxy", "address", p.l.Addr().String())
 	return err
+}
+
+// logEndpoints logs the endpoints each time the client's sync with the
+// cluster changes them, so an operator (and etcd's e2e test) sees where
+// calls go.
+func (p *Proxy) logEndpoints(ctx context.Context) {
+	last := p.upstream.Endpoints()
+	t := time.NewTicker(p.cfg.AutoSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if eps := p.upstream.Endpoints(); !slices.Equal(eps, last) {
+			p.log.Info("gRPC proxy endpoints synced", "endpoints", eps)
+			last = eps
+		}
+	}
 }
 
 func (p *Proxy) close() {

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,7 +84,9 @@ func startProxy(t *testing.T, cfg proxy.Config) *proxy.Proxy {
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
 	}
-	cfg.Logger = quiet()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
 	p, err := proxy.Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -437,4 +441,48 @@ func openWatches(t *testing.T, endpoint string) int {
 		}
 	}
 	return int(started - handled)
+}
+
+// TestAutoSync: with an auto-sync interval, the proxy moves to the client
+// URLs the cluster lists, says so in its log, and goes on forwarding.
+func TestAutoSync(t *testing.T) {
+	listed, other := harness.FreeAddr(t), harness.FreeAddr(t)
+	startSett(t, server.Config{
+		ListenClientURLs:    []string{"http://" + listed, "http://" + other},
+		AdvertiseClientURLs: []string{"http://" + listed},
+	})
+	var log syncBuffer
+	p := startProxy(t, proxy.Config{
+		Endpoints: []string{other}, AutoSyncInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+	})
+	ctx := harness.Context(t)
+	for !strings.Contains(log.String(), "endpoints=[http://"+listed+"]") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no sync to %s logged:\n%s", listed, log.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, err := harness.NewClient(t, p.Addr().String()).Put(ctx, "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a log the proxy writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
