@@ -89,8 +89,14 @@ type cleaner struct {
 	changed chan struct{} // closed and replaced when cleaned advances
 }
 
-// cleanBatch bounds the change-log entries one cleanup request handles.
-const cleanBatch = 1024
+// cleanBatch bounds the change-log entries one cleanup request handles,
+// and cleanBytes the bytes of the keys it deletes, as estimated from the
+// entries: a batch should fit one engine transaction (Badger's takes 15%
+// of a memtable, 600 KiB by default), or it is spread over several.
+const (
+	cleanBatch = 1024
+	cleanBytes = 256 << 10
+)
 
 func newCleaner(s *Store, cleaned int64) *cleaner {
 	return &cleaner{
@@ -292,7 +298,7 @@ type tombstone struct {
 	rev int64
 }
 
-// plan reads up to cleanBatch change-log keys in [start, end), and for
+// plan reads up to cleanBatch change-log keys (fewer past cleanBytes) in [start, end), and for
 // each distinct raw key they name, which of its versions compaction at
 // target makes unreachable: all but the newest at or below target, and
 // that one too if it is a deletion. Versions that prev, the batch before,
@@ -307,8 +313,8 @@ func (c *cleaner) plan(start, end []byte, target int64, prev *cleanup) (*cleanup
 	var raws [][]byte
 	seen := make(map[string]bool)
 	it := snap.Iterate(start, end, false)
-	n := 0
-	for ; it.Valid() && n < cleanBatch; it.Next() {
+	n, size := 0, 0
+	for ; it.Valid() && n < cleanBatch && size < cleanBytes; it.Next() {
 		n++
 		k := it.Key()
 		p.seen = append(p.seen[:0], k...)
@@ -320,19 +326,18 @@ func (c *cleaner) plan(start, end []byte, target int64, prev *cleanup) (*cleanup
 			it.Close()
 			return nil, err
 		}
+		// A change-log entry, about two versions and an index, each
+		// with raw escaped (see key.go).
+		size += len(k) + 3*(len(raw)+bytes.Count(raw, []byte{0})+2+suffixLen)
 		if !seen[string(raw)] {
 			seen[string(raw)] = true
 			raws = append(raws, bytes.Clone(raw))
 		}
 	}
+	p.last = !it.Valid()
 	it.Close()
-	p.last = n < cleanBatch
-	// In key order, one iterator seeks forward from group to group.
-	slices.SortFunc(raws, bytes.Compare)
-	objects := snap.Iterate([]byte{prefixKey}, []byte{prefixKey + 1}, false)
-	defer objects.Close()
 	for _, raw := range raws {
-		if err := p.planKey(objects, raw, target); err != nil {
+		if err := p.planKey(snap, raw, target); err != nil {
 			return nil, err
 		}
 	}
@@ -348,13 +353,18 @@ func (c *cleaner) plan(start, end []byte, target int64, prev *cleanup) (*cleanup
 }
 
 // planKey adds to p the versions of raw that compaction at target makes
-// unreachable. Versions sort newest first, so the seek lands on the
+// unreachable. Versions sort newest first, so the iterator starts on the
 // newest at or below target and every one after it in the group goes.
-func (p *cleanup) planKey(it engine.Iterator, raw []byte, target int64) error {
+//
+// Each key gets an iterator bounded by its group. One iterator seeking
+// from key to key would be cheaper, were it not that Badger steps over
+// deleted entries one by one on every seek: once earlier batches have
+// removed a run of keys, each seek into it would walk all of it.
+func (p *cleanup) planKey(r engine.Reader, raw []byte, target int64) error {
 	k := objectKey(raw, target)
-	g := k[:len(k)-suffixLen]
-	it.Seek(k)
-	if !it.Valid() || !bytes.HasPrefix(it.Key(), g) {
+	it := r.Iterate(k, groupEnd(k[:len(k)-suffixLen]), false)
+	defer it.Close()
+	if !it.Valid() {
 		return nil
 	}
 	_, _, rev, err := splitKey(it.Key())
@@ -373,7 +383,7 @@ func (p *cleanup) planKey(it engine.Iterator, raw []byte, target int64) error {
 		p.drop = append(p.drop, bytes.Clone(it.Key()))
 		p.gone = append(p.gone, tombstone{raw: raw, rev: rev})
 	}
-	for it.Next(); it.Valid() && bytes.HasPrefix(it.Key(), g); it.Next() {
+	for it.Next(); it.Valid(); it.Next() {
 		p.drop = append(p.drop, bytes.Clone(it.Key()))
 	}
 	return nil
