@@ -61,18 +61,24 @@ func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, 
 }
 
 // putKeys writes n new keys, key(i) for i in [0, n), with size-byte
-// values, from workers goroutines sharing cli.
-func putKeys(ctx context.Context, cli *clientv3.Client, n, workers, size int, key func(i int) string) error {
+// values, from workers goroutines sharing cli, and returns each put's
+// latency.
+func putKeys(ctx context.Context, cli *clientv3.Client, n, workers, size int, key func(i int) string) ([]time.Duration, error) {
 	rngs := make([]*rand.Rand, workers)
 	for w := range rngs {
 		rngs[w] = rand.New(rand.NewPCG(uint64(w), 7))
 	}
-	return parallel(ctx, n, workers, func(ctx context.Context, w, i int) error {
+	lat := newTimings(workers)
+	err := parallel(ctx, n, workers, func(ctx context.Context, w, i int) error {
 		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
-		_, err := cli.Put(ctx, key(i), randomValue(rngs[w], size))
+		value := randomValue(rngs[w], size)
+		t0 := time.Now()
+		_, err := cli.Put(ctx, key(i), value)
+		lat.since(w, t0)
 		return err
 	})
+	return lat.all(), err
 }
 
 // create is kube-apiserver's create: put the key only if it does not
@@ -93,9 +99,11 @@ func create(ctx context.Context, cli *clientv3.Client, key, value string) (int64
 	return resp.Header.Revision, nil
 }
 
-// update is kube-apiserver's update: put the key if it is still at rev,
-// else read it back. It returns the key's revision afterwards.
-func update(ctx context.Context, cli *clientv3.Client, key string, rev int64, value string) (int64, error) {
+// update is one try of kube-apiserver's update: put the key if it is
+// still at rev, else read it back. It returns the key's mod revision
+// afterwards (the new one, or on a conflict the one read back) and
+// whether the put happened.
+func update(ctx context.Context, cli *clientv3.Client, key string, rev int64, value string) (int64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	resp, err := cli.Txn(ctx).
@@ -104,17 +112,17 @@ func update(ctx context.Context, cli *clientv3.Client, key string, rev int64, va
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if resp.Succeeded {
-		return resp.Header.Revision, nil
+		return resp.Header.Revision, true, nil
 	}
 	// A conflict: kube-apiserver would retry from the current object.
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) == 0 {
-		return 0, fmt.Errorf("update %s: key gone", key)
+		return 0, false, fmt.Errorf("update %s: key gone", key)
 	}
-	return kvs[0].ModRevision, nil
+	return kvs[0].ModRevision, false, nil
 }
 
 // maxPages bounds a paginated list.

@@ -25,7 +25,7 @@ import (
 )
 
 // config holds the workload sizes. The defaults keep a whole run to about
-// seven minutes on two cores; -scale shrinks every count at once.
+// five minutes on two cores; -scale shrinks every count at once.
 type config struct {
 	mixedOps        int // workload 1 and 7
 	mixedWorkers    int
@@ -35,10 +35,19 @@ type config struct {
 	listReps        int
 	createsMany     int // workload 5, 64-way
 	createsOne      int // workload 5, one client
+	updates         int // workload 5, 64-way GuaranteedUpdates
+	updateKeys      int // the pool of keys they update
+	gets            int // workload 5, 64-way linearizable gets
 	watchers        int // workload 6
 	watchEvents     int
 	watchRSSLimit   int64 // a server past this RSS in workload 6 is stopped
 	memoryLimit     string
+	leases          int           // workload 8: leases granted, one key each
+	leasesRenewed   int           // of which these are renewed every second
+	leaseExpireOver time.Duration // the others run out one after another over this long
+	leaseStretch    time.Duration // how long the renewals are measured
+	delayKeys       int           // workload 9: 1 KiB keys listed
+	delayFor        time.Duration // how long the writer writes
 	only            string
 	servers         string
 	settFlags       string
@@ -71,6 +80,8 @@ var workloads = []workload{
 	{"5 creates", (*bench).creates, false},
 	{"6 stalled watchers", (*bench).stalledWatchers, false},
 	{"7 mixed, memory limit", (*bench).mixedLimited, true},
+	{"8 leases", (*bench).leases, false},
+	{"9 watch delay under lists", (*bench).watchDelay, false},
 }
 
 func main() {
@@ -92,10 +103,19 @@ func run() int {
 	flag.IntVar(&cfg.listReps, "list-reps", 5, "repetitions of each list")
 	flag.IntVar(&cfg.createsMany, "creates", 20_000, "txn-creates from 64 goroutines (workload 5)")
 	flag.IntVar(&cfg.createsOne, "creates-single", 2_000, "txn-creates from one client (workload 5)")
+	flag.IntVar(&cfg.updates, "updates", 20_000, "GuaranteedUpdates from 64 goroutines (workload 5)")
+	flag.IntVar(&cfg.updateKeys, "update-keys", 1_000, "the pool of created keys the updates pick from (workload 5; not scaled)")
+	flag.IntVar(&cfg.gets, "gets", 40_000, "linearizable gets from 64 goroutines (workload 5)")
 	flag.IntVar(&cfg.watchers, "watchers", 2_000, "stalled watchers (workload 6)")
 	flag.IntVar(&cfg.watchEvents, "watch-events", 20_000, "1 KiB events written under the watchers (workload 6)")
 	flag.Int64Var(&cfg.watchRSSLimit, "watch-rss-limit", 6<<30, "bytes of server RSS at which workload 6 gives up")
 	flag.StringVar(&cfg.memoryLimit, "memory-limit", "128MiB", "sett's --memory-limit in workload 7")
+	flag.IntVar(&cfg.leases, "leases", 100_000, "leases granted, with a key each (workload 8)")
+	flag.IntVar(&cfg.leasesRenewed, "leases-renewed", 1_000, "of those, leases renewed every second (workload 8; not scaled)")
+	flag.DurationVar(&cfg.leaseExpireOver, "lease-expire-over", 20*time.Second, "the leases not renewed run out one after another over this long once granting ends (workload 8)")
+	flag.DurationVar(&cfg.leaseStretch, "lease-stretch", 30*time.Second, "how long the renewals are measured (workload 8)")
+	flag.IntVar(&cfg.delayKeys, "delay-keys", 5_000, "1 KiB keys the listers of workload 9 list")
+	flag.DurationVar(&cfg.delayFor, "delay-for", 10*time.Second, "how long workload 9's writer writes, one put every 100 ms")
 	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words")
 	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated")
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
@@ -138,6 +158,9 @@ func run() int {
 	defer cancel()
 	start := time.Now()
 	fmt.Printf("process benchmark: sett (%s), etcd (%s), data under %s\n", version(settBin), version(etcdBin), root)
+	// Every figure must say how loaded the machine was.
+	b.res.loadStart = loadAverage()
+	fmt.Printf("load average at start: %s\n", b.res.loadStart)
 	for i, w := range workloads {
 		if !cfg.selected(w.name) {
 			continue
@@ -160,6 +183,7 @@ func run() int {
 			}
 		}
 	}
+	b.res.loadEnd = loadAverage()
 	fmt.Printf("\nall workloads: %s\n\n", time.Since(start).Round(time.Second))
 	b.res.printTable(os.Stdout)
 	fmt.Println("\nFor docs/BENCHMARKS.md:")
@@ -201,7 +225,7 @@ func (b *bench) runOne(ctx context.Context, w workload, kind string) error {
 // scaleBy multiplies every count (not the repetitions or the watcher
 // count) by f, keeping each at least 1.
 func (c *config) scaleBy(f float64) {
-	for _, n := range []*int{&c.mixedOps, &c.restartKeys, &c.countKeys, &c.createsMany, &c.createsOne, &c.watchEvents} {
+	for _, n := range []*int{&c.mixedOps, &c.restartKeys, &c.countKeys, &c.createsMany, &c.createsOne, &c.updates, &c.gets, &c.watchEvents, &c.leases, &c.delayKeys} {
 		*n = max(1, int(float64(*n)*f))
 	}
 }
@@ -216,6 +240,17 @@ func (c *config) selected(name string) bool {
 		}
 	}
 	return false
+}
+
+// loadAverage is the first three fields of /proc/loadavg: the load
+// average over 1, 5 and 15 minutes.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // version is the first line of `bin --version`.

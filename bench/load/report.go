@@ -23,6 +23,8 @@ type figure struct {
 type results struct {
 	figures  []*figure
 	failures int
+
+	loadStart, loadEnd string // /proc/loadavg's 1, 5 and 15 minute averages
 }
 
 func (r *results) get(workload, metric, unit string) *figure {
@@ -39,8 +41,9 @@ func (r *results) get(workload, metric, unit string) *figure {
 // set records kind's value of a figure and prints it at once, so that a
 // long run shows progress.
 func (r *results) set(kind, workload, metric, unit string, v float64) {
-	r.get(workload, metric, unit).value[kind] = v
-	fmt.Printf("  %-4s %-40s %s %s\n", kind, metric, format(v), unit)
+	f := r.get(workload, metric, unit)
+	f.value[kind] = v
+	fmt.Printf("  %-4s %-40s %s %s\n", kind, metric, f.format(v), unit)
 }
 
 // fail records that kind could not run a workload.
@@ -60,7 +63,7 @@ func (f *figure) cell(kind string) string {
 	v, ok := f.value[kind]
 	s := ""
 	if ok {
-		s = format(v)
+		s = f.format(v)
 	}
 	if n := f.note[kind]; n != "" {
 		if s != "" {
@@ -77,10 +80,21 @@ func (f *figure) cell(kind string) string {
 func (f *figure) ratio() string {
 	s, ok1 := f.value["sett"]
 	e, ok2 := f.value["etcd"]
-	if !ok1 || !ok2 || e == 0 {
+	// A ratio of signed figures (a delay that can be negative) means
+	// nothing.
+	if !ok1 || !ok2 || e <= 0 || s < 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.2fx", s/e)
+}
+
+// format prints a value: a count (no unit) as a whole number, anything
+// else with as many decimals as its size deserves.
+func (f *figure) format(v float64) string {
+	if f.unit == "" && v == math.Trunc(v) && math.Abs(v) < 1000 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return format(v)
 }
 
 // format prints a value with as many decimals as its size deserves.
@@ -89,7 +103,7 @@ func format(v float64) string {
 	switch {
 	case a == 0:
 		return "0"
-	case a >= 1000:
+	case a >= 999.5:
 		return commas(int64(math.Round(v)))
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
@@ -121,6 +135,7 @@ func commas(n int64) string {
 
 // printTable prints every figure with sett's value, etcd's and their ratio.
 func (r *results) printTable(w io.Writer) {
+	fmt.Fprintf(w, "load average (1, 5, 15 min): %s at start, %s at end\n\n", r.loadStart, r.loadEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tsett/etcd\t")
 	for _, f := range r.figures {
@@ -132,6 +147,7 @@ func (r *results) printTable(w io.Writer) {
 // printMarkdown prints the same figures as a markdown table for
 // docs/BENCHMARKS.md.
 func (r *results) printMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "Load average (1, 5, 15 min): %s at the start of the run, %s at the end.\n\n", r.loadStart, r.loadEnd)
 	fmt.Fprintln(w, "| workload | metric | sett | etcd | sett/etcd |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
 	for _, f := range r.figures {
@@ -151,6 +167,31 @@ func secs(d time.Duration) float64   { return d.Seconds() }
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
+// latency records the median and p99 of ds, in ms, as "label, p50
+// latency" and "label, p99 latency". Nothing is recorded for no samples.
+func (r *results) latency(kind, workload, label string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r.set(kind, workload, label+", p50 latency", "ms", millis(rank(s, 50)))
+	r.set(kind, workload, label+", p99 latency", "ms", millis(rank(s, 99)))
+}
+
+// spread records the median, p99 and maximum of ds, in ms, as "label,
+// p50", "label, p99" and "label, max".
+func (r *results) spread(kind, workload, label string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r.set(kind, workload, label+", p50", "ms", millis(rank(s, 50)))
+	r.set(kind, workload, label+", p99", "ms", millis(rank(s, 99)))
+	r.set(kind, workload, label+", max", "ms", millis(s[len(s)-1]))
+}
+
 // percentile is the p-th percentile (0–100) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
@@ -158,6 +199,31 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
+	return rank(s, p)
+}
+
+// rank is the p-th percentile (0–100) of s, which is sorted, nearest rank.
+func rank(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
 	i := int(math.Ceil(p/100*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// timings collects request latencies from several goroutines, one slice
+// per worker, so that recording never contends.
+type timings [][]time.Duration
+
+func newTimings(workers int) timings { return make(timings, workers) }
+
+// since records the time since t0 for worker w.
+func (t timings) since(w int, t0 time.Time) { t[w] = append(t[w], time.Since(t0)) }
+
+func (t timings) all() []time.Duration {
+	var ds []time.Duration
+	for _, w := range t {
+		ds = append(ds, w...)
+	}
+	return ds
 }

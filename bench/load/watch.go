@@ -59,9 +59,10 @@ func (b *bench) stalledWatchers(ctx context.Context, kind string) error {
 	var written atomic.Int64
 	rss := []int64{rss0}
 	var writing time.Duration
+	lat := newTimings(eventWriters)
 	for h := range 2 {
 		t := time.Now()
-		err := b.writeEvents(ctx, s, prefix, h*half, half, &written)
+		err := b.writeEvents(ctx, s, prefix, h*half, half, &written, lat)
 		writing += time.Since(t)
 		if err != nil {
 			b.res.remark(kind, name, "events written", "", fmt.Sprintf("stopped after %d: %v", written.Load(), err))
@@ -82,6 +83,7 @@ func (b *bench) stalledWatchers(ctx context.Context, kind string) error {
 	b.res.set(kind, name, "peak RSS", "MiB", mib(m.peak))
 	b.res.set(kind, name, "puts/s while the watchers stall", "puts/s", float64(written.Load())/writing.Seconds())
 	b.res.set(kind, name, "server CPU per event written", "µs", micros(m.cpu)/float64(max(1, written.Load())))
+	b.res.latency(kind, name, "puts while the watchers stall", lat.all())
 	return nil
 }
 
@@ -128,17 +130,20 @@ func openWatchers(ctx context.Context, addr, prefix string, n int) ([]*grpc.Clie
 	return conns, err
 }
 
+// eventWriters is how many goroutines write workload 6's events.
+const eventWriters = 8
+
 // writeEvents puts n new 1 KiB keys under prefix, numbered from first,
-// from 8 clients, counting them in written. It gives up if the server's
-// RSS passes the configured limit, so that a server that buffers every
-// event for every stalled watcher cannot exhaust the machine.
-func (b *bench) writeEvents(ctx context.Context, s *server, prefix string, first, n int, written *atomic.Int64) error {
-	const writers = 8
-	rngs := make([]*rand.Rand, writers)
+// from eventWriters goroutines, counting them in written and timing them
+// in lat. It gives up if the server's RSS passes the configured limit, so
+// that a server that buffers every event for every stalled watcher cannot
+// exhaust the machine.
+func (b *bench) writeEvents(ctx context.Context, s *server, prefix string, first, n int, written *atomic.Int64, lat timings) error {
+	rngs := make([]*rand.Rand, eventWriters)
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(uint64(i), 6))
 	}
-	return parallel(ctx, n, writers, func(ctx context.Context, w, i int) error {
+	return parallel(ctx, n, eventWriters, func(ctx context.Context, w, i int) error {
 		if i%100 == 0 {
 			if rss := s.sampler.rss(); rss > b.cfg.watchRSSLimit {
 				return fmt.Errorf("server RSS %.0f MiB is over the limit of %.0f MiB", mib(rss), mib(b.cfg.watchRSSLimit))
@@ -146,9 +151,12 @@ func (b *bench) writeEvents(ctx context.Context, s *server, prefix string, first
 		}
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
-		if _, err := s.cli.Put(rctx, fmt.Sprintf("%sev-%08d", prefix, first+i), randomValue(rngs[w], valueSize)); err != nil {
+		value := randomValue(rngs[w], valueSize)
+		t0 := time.Now()
+		if _, err := s.cli.Put(rctx, fmt.Sprintf("%sev-%08d", prefix, first+i), value); err != nil {
 			return err
 		}
+		lat.since(w, t0)
 		written.Add(1)
 		return nil
 	})

@@ -83,6 +83,13 @@ func (b *bench) runMixed(ctx context.Context, kind, name string, args, env []str
 	if e, ok := firstErr.Load().(string); ok {
 		b.res.remark(kind, name, "first error", "", e)
 	}
+	for _, op := range mixedOps {
+		var ds []time.Duration
+		for _, w := range workers {
+			ds = append(ds, w.lat[op]...)
+		}
+		b.res.latency(kind, name, op, ds)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -107,7 +114,12 @@ type mixedWorker struct {
 	rng     *rand.Rand
 	objects []object
 	created int
+	lat     map[string][]time.Duration // by operation, of those that succeeded
 }
+
+// mixedOps names the mixed load's operations, in the order their
+// latencies are reported. A list is timed whole, however many pages.
+var mixedOps = []string{"create", "update", "get", "list", "count"}
 
 type object struct {
 	key string
@@ -119,18 +131,29 @@ type object struct {
 // lists of one namespace, 1% count-only ranges over one resource.
 func (w *mixedWorker) step(ctx context.Context) error {
 	p := w.rng.IntN(100)
+	var op string
+	var do func(context.Context) error
 	switch {
 	case p < 25 || len(w.objects) == 0:
-		return w.create(ctx)
+		op, do = "create", w.create
 	case p < 60:
-		return w.update(ctx)
+		op, do = "update", w.update
 	case p < 95:
-		return w.get(ctx)
+		op, do = "get", w.get
 	case p < 99:
-		return w.list(ctx)
+		op, do = "list", w.list
 	default:
-		return w.count(ctx)
+		op, do = "count", w.count
 	}
+	t0 := time.Now()
+	if err := do(ctx); err != nil {
+		return err
+	}
+	if w.lat == nil {
+		w.lat = map[string][]time.Duration{}
+	}
+	w.lat[op] = append(w.lat[op], time.Since(t0))
+	return nil
 }
 
 func (w *mixedWorker) create(ctx context.Context) error {
@@ -147,7 +170,7 @@ func (w *mixedWorker) create(ctx context.Context) error {
 
 func (w *mixedWorker) update(ctx context.Context) error {
 	o := &w.objects[w.rng.IntN(len(w.objects))]
-	rev, err := update(ctx, w.cli, o.key, o.rev, randomValue(w.rng, valueSize))
+	rev, _, err := update(ctx, w.cli, o.key, o.rev, randomValue(w.rng, valueSize))
 	if err != nil {
 		return err
 	}
@@ -239,13 +262,14 @@ func (b *bench) restart(ctx context.Context, kind string) error {
 	defer s.removeData()
 	defer s.stop()
 	sp := s.begin()
-	err = putKeys(ctx, s.cli, n, 32, 100, func(i int) string { return fmt.Sprintf("%sns-%d/lease-%08d", prefix, i%namespaces, i) })
+	lat, err := putKeys(ctx, s.cli, n, 32, 100, func(i int) string { return fmt.Sprintf("%sns-%d/lease-%08d", prefix, i%namespaces, i) })
 	m := sp.end()
 	if err != nil {
 		return err
 	}
 	b.res.set(kind, name, fmt.Sprintf("load %s keys × 100 B, 32 clients", commas(int64(n))), "puts/s", float64(n)/m.wall.Seconds())
 	b.res.set(kind, name, "peak RSS while loading", "MiB", mib(m.peak))
+	b.res.latency(kind, name, "loading puts", lat)
 
 	s.stop()
 	b.res.set(kind, name, "data dir size (du)", "MiB", mib(diskUsage(s.dir)))
@@ -295,7 +319,7 @@ func (b *bench) countAndList(ctx context.Context, kind string) error {
 	}
 	defer s.removeData()
 	defer s.stop()
-	if err := putKeys(ctx, s.cli, n, 64, valueSize, func(i int) string { return fmt.Sprintf("%sns-%d/cm-%08d", prefix, i%namespaces, i) }); err != nil {
+	if _, err := putKeys(ctx, s.cli, n, 64, valueSize, func(i int) string { return fmt.Sprintf("%sns-%d/cm-%08d", prefix, i%namespaces, i) }); err != nil {
 		return err
 	}
 	if err := b.countReps(ctx, s, kind, fmt.Sprintf("%s keys", commas(int64(n))), prefix, n); err != nil {
@@ -334,11 +358,15 @@ func (b *bench) countAndList(ctx context.Context, kind string) error {
 	return nil
 }
 
-// ---- 5: creates ----
+// ---- 5: creates, updates and gets ----
 
-// creates measures kube-apiserver creates (txn, if absent then put) of
-// 1 KiB values on new keys: from 64 goroutines sharing one client, then
-// from one.
+// maxRetries bounds the tries of one GuaranteedUpdate.
+const maxRetries = 1000
+
+// creates is workload 5. It measures kube-apiserver creates (txn, if
+// absent then put) of 1 KiB values on new keys, from 64 goroutines sharing
+// one client, then from one; then GuaranteedUpdates of a pool of the keys
+// created and linearizable gets of them, each from 64 goroutines.
 func (b *bench) creates(ctx context.Context, kind string) error {
 	const name = "5 creates"
 	s, err := b.startServer(kind, nil, nil)
@@ -347,6 +375,7 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 	}
 	defer s.removeData()
 	defer s.stop()
+	key := func(label string, i int) string { return fmt.Sprintf("/registry/pods/%s/pod-%08d", label, i) }
 	for _, run := range []struct {
 		label   string
 		n, conc int
@@ -355,9 +384,13 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 		for i := range rngs {
 			rngs[i] = rand.New(rand.NewPCG(uint64(i), 5))
 		}
+		lat := newTimings(run.conc)
 		sp := s.begin()
 		err := parallel(ctx, run.n, run.conc, func(ctx context.Context, w, i int) error {
-			_, err := create(ctx, s.cli, fmt.Sprintf("/registry/pods/%s/pod-%08d", run.label, i), randomValue(rngs[w], valueSize))
+			value := randomValue(rngs[w], valueSize)
+			t0 := time.Now()
+			_, err := create(ctx, s.cli, key(run.label, i), value)
+			lat.since(w, t0)
 			return err
 		})
 		m := sp.end()
@@ -367,6 +400,122 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 		b.res.set(kind, name, run.label+", throughput", "creates/s", float64(run.n)/m.wall.Seconds())
 		b.res.set(kind, name, run.label+", server CPU per create", "µs", micros(m.cpu)/float64(run.n))
 		b.res.set(kind, name, run.label+", peak RSS", "MiB", mib(m.peak))
+		b.res.latency(kind, name, run.label, lat.all())
 	}
+	created := func(i int) string { return key("64 clients", i) }
+	if err := b.guaranteedUpdates(ctx, s, kind, name, created, min(b.cfg.updateKeys, b.cfg.createsMany)); err != nil {
+		return err
+	}
+	return b.gets(ctx, s, kind, name, created, b.cfg.createsMany)
+}
+
+// guaranteedUpdates is kube-apiserver's GuaranteedUpdate from 64
+// goroutines sharing one client, over a pool of existing keys, key(i) for
+// i in [0, pool). Each update starts from the revision last seen for its
+// key, as kube-apiserver starts from its watch cache; another goroutine
+// may have moved the key on since, and then the compare fails and the
+// update tries again with the revision its Else read back. Several
+// goroutines on one small pool make that happen, as in a real cluster.
+func (b *bench) guaranteedUpdates(ctx context.Context, s *server, kind, name string, key func(i int) string, pool int) error {
+	const workers = 64
+	n := b.cfg.updates
+	label := fmt.Sprintf("64-way GuaranteedUpdate of %s keys", commas(int64(pool)))
+	// The keys sort in index order, so one range reads the whole pool.
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	resp, err := s.cli.Get(rctx, key(0), clientv3.WithRange(key(pool)))
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := expect("update pool", len(resp.Kvs), pool); err != nil {
+		return err
+	}
+	seen := make([]atomic.Int64, pool) // the newest mod revision seen of each key
+	for i, kv := range resp.Kvs {
+		seen[i].Store(kv.ModRevision)
+	}
+	rngs := make([]*rand.Rand, workers)
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(uint64(i), 8))
+	}
+	lat := newTimings(workers)
+	var conflicts atomic.Int64
+	sp := s.begin()
+	err = parallel(ctx, n, workers, func(ctx context.Context, w, _ int) error {
+		k := rngs[w].IntN(pool)
+		value := randomValue(rngs[w], valueSize)
+		rev := seen[k].Load()
+		t0 := time.Now()
+		for range maxRetries {
+			got, ok, err := update(ctx, s.cli, key(k), rev, value)
+			if err != nil {
+				return err
+			}
+			storeMax(&seen[k], got)
+			if ok {
+				lat.since(w, t0)
+				return nil
+			}
+			conflicts.Add(1)
+			rev = got
+		}
+		return fmt.Errorf("update %s: still conflicting after %d tries", key(k), maxRetries)
+	})
+	m := sp.end()
+	if err != nil {
+		return err
+	}
+	b.res.set(kind, name, label+", throughput", "updates/s", float64(n)/m.wall.Seconds())
+	b.res.set(kind, name, label+", server CPU per update", "µs", micros(m.cpu)/float64(n))
+	b.res.set(kind, name, label+", peak RSS", "MiB", mib(m.peak))
+	// The latency is the whole update, retries included, as
+	// kube-apiserver's caller waits for it.
+	b.res.latency(kind, name, label, lat.all())
+	b.res.set(kind, name, label+", conflicts (each retried)", "", float64(conflicts.Load()))
+	return nil
+}
+
+// storeMax raises v to rev if rev is newer.
+func storeMax(v *atomic.Int64, rev int64) {
+	for {
+		old := v.Load()
+		if rev <= old || v.CompareAndSwap(old, rev) {
+			return
+		}
+	}
+}
+
+// gets is linearizable gets (the client's default) of existing keys,
+// key(i) for i in [0, n), from 64 goroutines sharing one client.
+func (b *bench) gets(ctx context.Context, s *server, kind, name string, key func(i int) string, n int) error {
+	const workers = 64
+	label := "64-way linearizable gets"
+	reps := b.cfg.gets
+	rngs := make([]*rand.Rand, workers)
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(uint64(i), 9))
+	}
+	lat := newTimings(workers)
+	sp := s.begin()
+	err := parallel(ctx, reps, workers, func(ctx context.Context, w, _ int) error {
+		k := key(rngs[w].IntN(n))
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		t0 := time.Now()
+		resp, err := s.cli.Get(ctx, k)
+		lat.since(w, t0)
+		if err == nil && len(resp.Kvs) != 1 {
+			err = fmt.Errorf("get %s: not found", k)
+		}
+		return err
+	})
+	m := sp.end()
+	if err != nil {
+		return err
+	}
+	b.res.set(kind, name, label+", throughput", "gets/s", float64(reps)/m.wall.Seconds())
+	b.res.set(kind, name, label+", server CPU per get", "µs", micros(m.cpu)/float64(reps))
+	b.res.set(kind, name, label+", peak RSS", "MiB", mib(m.peak))
+	b.res.latency(kind, name, label, lat.all())
 	return nil
 }
