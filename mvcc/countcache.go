@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -71,7 +72,9 @@ func (c *countCache) put(k countKey, n int64) {
 // counts of a newer revision, which it does not use.
 //
 // Which ranges are kept, not their counts, is also written to the engine
-// (metaCountRanges), riding on the next commit after the set changes. A
+// (metaCountRanges), riding on a commit after the set changes: at most
+// once every saveRangesEvery, since lists of ever new prefixes change it
+// often, and on a clean close (saveSoon). A
 // store that opens again counts those ranges in the walk over the index
 // it makes at start anyway (see reload), so the first count after a
 // restart is a lookup too. A count is never read back from disk: a
@@ -82,9 +85,15 @@ type liveCounts struct {
 	ranges map[countKey]*liveCount
 	tick   int64 // for evicting the least recently used range
 	// gen counts changes to the set of ranges, saved is the gen last
-	// written to the engine.
+	// written to the engine, at savedAt; soon asks for the next commit
+	// to write it, however recent savedAt.
 	gen, saved int64
+	savedAt    time.Time
+	soon       bool
 }
+
+// saveRangesEvery bounds how often commits write the set of ranges.
+const saveRangesEvery = time.Second
 
 type liveCount struct {
 	start, end []byte
@@ -151,11 +160,12 @@ func (c *liveCounts) put(start, end []byte, rev, n int64) {
 }
 
 // unsaved returns the set of ranges encoded for metaCountRanges, and its
-// gen, if it changed since it was last saved.
-func (c *liveCounts) unsaved() (int64, []byte, bool) {
+// gen, if it changed since it was last saved and is due to be saved
+// again at now.
+func (c *liveCounts) unsaved(now time.Time) (int64, []byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen == c.saved {
+	if c.gen == c.saved || !c.soon && now.Sub(c.savedAt) < saveRangesEvery {
 		return 0, nil, false
 	}
 	var b []byte
@@ -168,6 +178,15 @@ func (c *liveCounts) unsaved() (int64, []byte, bool) {
 	return c.gen, b, true
 }
 
+// saveSoon makes the next commit save the set of ranges if it changed,
+// and reports whether it did.
+func (c *liveCounts) saveSoon() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.soon = c.gen != c.saved
+	return c.soon
+}
+
 // markAllSaved records that the set of ranges as it stands is in the
 // engine.
 func (c *liveCounts) markAllSaved() {
@@ -176,11 +195,12 @@ func (c *liveCounts) markAllSaved() {
 	c.saved = c.gen
 }
 
-// markSaved records that the set of ranges as of gen is in the engine.
-func (c *liveCounts) markSaved(gen int64) {
+// markSaved records that the set of ranges as of gen was written at now.
+func (c *liveCounts) markSaved(gen int64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.saved = max(c.saved, gen)
+	c.saved, c.savedAt = max(c.saved, gen), now
+	c.soon = c.soon && c.saved != c.gen
 }
 
 // countRanges reads the ranges a store kept live counts of when it last

@@ -177,8 +177,11 @@ func TestCountsAfterRestart(t *testing.T) {
 			t.Errorf("range %q at older revision %d: count %d, walk %d", r, older, got, want)
 		}
 	}
-	// Writes after the restart keep the counts exact; then a copy of
-	// the running store's data stands for a crash.
+	// Writes after the restart keep the counts exact, and the first
+	// saves a range counted since; then a copy of the running store's
+	// data stands for a crash.
+	ranges = append(ranges, [2]string{"a/y", "a/z"})
+	count(s, ranges[len(ranges)-1], 0)
 	put(s, "a/y98")
 	if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("b/"), RangeEnd: []byte("b/10")}); err != nil {
 		t.Fatal(err)

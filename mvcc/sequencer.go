@@ -210,7 +210,7 @@ func (s *Store) commit(batch []*request) int {
 	// The set of live-count ranges rides on the commit when it changed.
 	countGen, ranges, saveRanges := int64(0), []byte(nil), false
 	if !s.opts.Clustered {
-		countGen, ranges, saveRanges = s.live.unsaved()
+		countGen, ranges, saveRanges = s.live.unsaved(time.Now())
 	}
 	err = nil
 	if saveRanges {
@@ -242,7 +242,7 @@ func (s *Store) commit(batch []*request) int {
 		o.Committed(len(batch), took)
 	}
 	if saveRanges {
-		s.live.markSaved(countGen)
+		s.live.markSaved(countGen, time.Now())
 	}
 	s.report(batch, results)
 	s.publish(rev, compact, applied, keys, notify, hooks)

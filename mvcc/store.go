@@ -186,7 +186,7 @@ func (s *Store) Close() error {
 	// Before the sequencer stops: a hash being recorded goes through it,
 	// and so does a set of live-count ranges no commit has saved yet.
 	s.hasher.stop()
-	if _, _, ok := s.live.unsaved(); ok && !s.opts.Clustered {
+	if !s.opts.Clustered && s.live.saveSoon() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.Ping(ctx) // a failure costs the next start a walk, no more
 		cancel()
