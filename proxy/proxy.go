@@ -13,7 +13,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -277,15 +276,7 @@ func (p *Proxy) selfClient() (*clientv3.Client, error) {
 				return nil, fmt.Errorf("grpc-proxy: --trusted-ca-file: %w", err)
 			}
 			c.RootCAs = x509.NewCertPool()
-			for rest := b; ; {
-				var block *pem.Block
-				if block, rest = pem.Decode(rest); block == nil {
-					break
-				}
-				if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
-					c.RootCAs.AddCert(cert)
-				}
-			}
+			c.RootCAs.AppendCertsFromPEM(b)
 		}
 		cfg.TLS = c
 	}
