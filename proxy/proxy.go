@@ -10,6 +10,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -48,7 +49,7 @@ type Config struct {
 	DialKeepAliveTime, DialKeepAliveTimeout time.Duration
 	PermitWithoutStream                     bool
 	// MaxSendBytes and MaxRecvBytes bound a message sent to and received
-	// from an endpoint (0: gRPC's defaults).
+	// from an endpoint (0: 2 GiB, gRPC's most).
 	MaxSendBytes, MaxRecvBytes int
 
 	// Upstream is the TLS towards the endpoints (--cert, --key,
@@ -162,13 +163,9 @@ func Listen(cfg Config) (*Proxy, error) {
 	// Waiting for a connection, rather than failing at once while an
 	// endpoint restarts, is what etcd's client and proxy do; the
 	// client's deadline still bounds the wait.
-	p.callOpts = []grpc.CallOption{grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true)}
-	if cfg.MaxSendBytes > 0 {
-		p.callOpts = append(p.callOpts, grpc.MaxCallSendMsgSize(cfg.MaxSendBytes))
-	}
-	if cfg.MaxRecvBytes > 0 {
-		p.callOpts = append(p.callOpts, grpc.MaxCallRecvMsgSize(cfg.MaxRecvBytes))
-	}
+	p.callOpts = []grpc.CallOption{grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true),
+		grpc.MaxCallSendMsgSize(cmp.Or(cfg.MaxSendBytes, math.MaxInt32)),
+		grpc.MaxCallRecvMsgSize(cmp.Or(cfg.MaxRecvBytes, math.MaxInt32))}
 	if err := p.listen(); err != nil {
 		p.upstream.Close()
 		return nil, err

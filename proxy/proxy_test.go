@@ -183,6 +183,17 @@ func TestForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A response larger than gRPC's default 4 MiB limit passes.
+	big := strings.Repeat("x", 1<<20)
+	for i := range 5 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("big/%d", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, err := cli.Get(ctx, "big/", clientv3.WithPrefix()); err != nil || len(g.Kvs) != 5 {
+		t.Fatalf("a 5 MiB range: %v", err)
+	}
+
 	st, err := cli.Status(ctx, p.Addr().String())
 	if err != nil || st.Header.Revision < put.Header.Revision {
 		t.Fatalf("status: %v %+v", err, st)
