@@ -61,6 +61,7 @@ func app() *cli.App {
 			serve,
 			snapshotCommand(),
 			defragCommand(),
+			grpcProxyCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

@@ -26,6 +26,11 @@ type budget struct {
 	memTable   int64
 	ringBytes  int
 	fileMapped int64 // resident pages of mapped data files before trimming
+	// levelZero and baseLevel shape the engine's merges (0: the
+	// engine's defaults). Larger merges cost less CPU per write and hold
+	// more mapped table pages at once, so a limit keeps them small.
+	levelZero int
+	baseLevel int64
 }
 
 // Defaults for a sett with no limit: sized for a small Kubernetes control
@@ -51,6 +56,8 @@ func newBudget(limit int64) budget {
 		memTable:   clamp(limit/16, 2<<20, 64<<20),
 		ringBytes:  int(clamp(limit/32, 1<<20, 64<<20)),
 		fileMapped: clamp(limit/8, 4<<20, 256<<20),
+		levelZero:  4,
+		baseLevel:  clamp(limit/12, 4<<20, badger.DefaultBaseLevelSize),
 	}
 }
 

@@ -27,7 +27,8 @@ type storage struct {
 func openStorage(engineName, pdEndpoints, dir string, mem budget, noSync bool, log *slog.Logger) (*storage, error) {
 	switch engineName {
 	case "badger":
-		db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped, NoSync: noSync})
+		db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped, NoSync: noSync,
+			LevelZeroTables: mem.levelZero, BaseLevelSize: mem.baseLevel})
 		if err != nil {
 			return nil, err
 		}

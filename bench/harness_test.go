@@ -101,7 +101,13 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // startSett serves a sett over a Badger in dir, wired as main wires it:
 // the watch hub listens to every commit, as in production.
 func startSett(dir string) (*system, error) {
-	db, err := badger.Open(badger.Options{Dir: dir, Logger: quietLogger()})
+	return startSettWith(badger.Options{Dir: dir})
+}
+
+// startSettWith is startSett on a Badger opened with o.
+func startSettWith(o badger.Options) (*system, error) {
+	o.Logger = quietLogger()
+	db, err := badger.Open(o)
 	if err != nil {
 		return nil, err
 	}

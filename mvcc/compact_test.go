@@ -101,6 +101,77 @@ func TestCompactRemovesHistory(t *testing.T) {
 	}
 }
 
+// TestCompactAcrossBatches: a cleanup of more changes than one batch
+// holds, planned on snapshots while the batch before commits, removes
+// exactly what one pass would, and keeps the index of a key deleted at or
+// below the compact revision and written again while its cleanup runs.
+func TestCompactAcrossBatches(t *testing.T) {
+	s, db := openStore(t)
+	ctx := context.Background()
+	const keys, deleted, revived = 700, 300, 50
+	key := func(i int) []byte { return []byte(fmt.Sprintf("k%03d", i)) }
+	for round := range 2 {
+		for i := range keys {
+			if _, err := s.Put(ctx, &pb.PutRequest{Key: key(i), Value: []byte(fmt.Sprint(round))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range deleted {
+		if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := s.Rev()
+	if target-1 <= cleanBatch {
+		t.Fatalf("%d changes fit one batch of %d", target-1, cleanBatch)
+	}
+	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: target}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range revived {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: key(i), Value: []byte("again")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.cleaner.wait(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	live := keys - deleted + revived
+	if n := engineKeys(t, db, prefixKey); n != live {
+		t.Errorf("%d object keys after compaction, want %d", n, live)
+	}
+	if n := engineKeys(t, db, prefixIndex); n != live {
+		t.Errorf("%d index keys after compaction, want %d", n, live)
+	}
+	if n := engineKeys(t, db, prefixLog); n != 1+revived {
+		t.Errorf("%d change-log entries after compaction, want %d", n, 1+revived)
+	}
+	r, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), CountOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Count != int64(live) {
+		t.Errorf("count %d after compaction, want %d", r.Count, live)
+	}
+	r, err = s.Range(ctx, &pb.RangeRequest{Key: key(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 1 || r.Kvs[0].Version != 1 || r.Kvs[0].CreateRevision <= target {
+		t.Errorf("revived key after compaction: %v", r.Kvs)
+	}
+	if _, err := s.Range(ctx, &pb.RangeRequest{Key: key(0), Revision: target - 1}); err != ErrCompacted {
+		t.Errorf("read below the compact revision: %v, want %v", err, ErrCompacted)
+	}
+	// Every version but the newest of each key that stayed, every deleted
+	// key's index but those written again before their cleanup came.
+	versions := 2*keys + deleted - (keys - deleted)
+	if c := s.counters.compactedKeys.Load(); c < int64(versions+deleted-revived) || c > int64(versions+deleted) {
+		t.Errorf("%d keys counted as compacted, want %d to %d", c, versions+deleted-revived, versions+deleted)
+	}
+}
+
 // reclaimingEngine records the calls of a compaction's ReclaimVersions.
 type reclaimingEngine struct {
 	engine.Engine

@@ -2,9 +2,16 @@ package mvcc
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/settdb/sett/engine"
 )
 
 // countCache remembers, for recent paginated ranges, how many keys remain
@@ -63,12 +70,30 @@ func (c *countCache) put(k countKey, n int64) {
 // the range, before it makes the revision visible to readers. So a
 // reader whose view is at revision rev finds counts exact at rev, or
 // counts of a newer revision, which it does not use.
+//
+// Which ranges are kept, not their counts, is also written to the engine
+// (metaCountRanges), riding on a commit after the set changes: at most
+// once every saveRangesEvery, since lists of ever new prefixes change it
+// often, and on a clean close (saveSoon). A
+// store that opens again counts those ranges in the walk over the index
+// it makes at start anyway (see reload), so the first count after a
+// restart is a lookup too. A count is never read back from disk: a
+// crash can at worst lose the list, and then the first count walks.
 type liveCounts struct {
 	mu     sync.Mutex
 	rev    int64 // the revision every count is exact at
 	ranges map[countKey]*liveCount
 	tick   int64 // for evicting the least recently used range
+	// gen counts changes to the set of ranges, saved is the gen last
+	// written to the engine, at savedAt; soon asks for the next commit
+	// to write it, however recent savedAt.
+	gen, saved int64
+	savedAt    time.Time
+	soon       bool
 }
+
+// saveRangesEvery bounds how often commits write the set of ranges.
+const saveRangesEvery = time.Second
 
 type liveCount struct {
 	start, end []byte
@@ -130,7 +155,119 @@ func (c *liveCounts) put(start, end []byte, rev, n int64) {
 		delete(c.ranges, oldest)
 	}
 	c.tick++
+	c.gen++
 	c.ranges[k] = &liveCount{start: []byte(k.start), end: []byte(k.end), n: n, used: c.tick}
+}
+
+// unsaved returns the set of ranges encoded for metaCountRanges, and its
+// gen, if it changed since it was last saved and is due to be saved
+// again at now.
+func (c *liveCounts) unsaved(now time.Time) (int64, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == c.saved || !c.soon && now.Sub(c.savedAt) < saveRangesEvery {
+		return 0, nil, false
+	}
+	var b []byte
+	for _, lc := range c.ranges {
+		b = binary.AppendUvarint(b, uint64(len(lc.start)))
+		b = append(b, lc.start...)
+		b = binary.AppendUvarint(b, uint64(len(lc.end)))
+		b = append(b, lc.end...)
+	}
+	return c.gen, b, true
+}
+
+// saveSoon makes the next commit save the set of ranges if it changed,
+// and reports whether it did.
+func (c *liveCounts) saveSoon() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.soon = c.gen != c.saved
+	return c.soon
+}
+
+// markAllSaved records that the set of ranges as it stands is in the
+// engine.
+func (c *liveCounts) markAllSaved() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saved = c.gen
+}
+
+// markSaved records that the set of ranges as of gen was written at now.
+func (c *liveCounts) markSaved(gen int64, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saved, c.savedAt = max(c.saved, gen), now
+	c.soon = c.soon && c.saved != c.gen
+}
+
+// countRanges reads the ranges a store kept live counts of when it last
+// committed, nil if it recorded none.
+func countRanges(r engine.Reader) ([]countRange, error) {
+	b, err := r.Get(metaCountRanges)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	var out []countRange
+	for len(b) > 0 {
+		var cr countRange
+		for _, f := range []*[]byte{&cr.start, &cr.end} {
+			n, w := binary.Uvarint(b)
+			if w <= 0 || uint64(len(b)-w) < n {
+				return nil, fmt.Errorf("count ranges: %w", errBadRecord)
+			}
+			*f = bytes.Clone(b[w : w+int(n)])
+			b = b[w+int(n):]
+		}
+		out = append(out, cr)
+	}
+	return out, nil
+}
+
+type countRange struct{ start, end []byte }
+
+// rangeCounter counts, in one ordered walk over the index, the live keys
+// in each of a few ranges. Ranges may nest or overlap; a key is compared
+// only with the ranges it may be in.
+type rangeCounter struct {
+	ranges []countRange
+	lo, hi [][]byte // each range as index keys, see keyRange
+	n      []int64
+	order  []int // range numbers by lo
+	next   int   // order[next:] start after the keys seen so far
+	active []int // ranges begun and not yet ended
+}
+
+func newRangeCounter(ranges []countRange) *rangeCounter {
+	c := &rangeCounter{ranges: ranges, n: make([]int64, len(ranges))}
+	for i, r := range ranges {
+		lo, hi := keyRange(prefixIndex, r.start, r.end)
+		c.lo, c.hi = append(c.lo, lo), append(c.hi, hi)
+		c.order = append(c.order, i)
+	}
+	slices.SortFunc(c.order, func(a, b int) int { return bytes.Compare(c.lo[a], c.lo[b]) })
+	return c
+}
+
+// add counts the live key whose index key is ik; keys come in order.
+func (c *rangeCounter) add(ik []byte) {
+	for c.next < len(c.order) && bytes.Compare(c.lo[c.order[c.next]], ik) <= 0 {
+		c.active = append(c.active, c.order[c.next])
+		c.next++
+	}
+	keep := c.active[:0]
+	for _, i := range c.active {
+		if bytes.Compare(ik, c.hi[i]) < 0 {
+			c.n[i]++
+			keep = append(keep, i)
+		}
+	}
+	c.active = keep
 }
 
 // apply brings every count to rev, the revision of a commit whose

@@ -169,4 +169,5 @@ var (
 	metaAlarms      = []byte("malarms")      // active alarms (alarm.go)
 	metaPending     = []byte("mpending")     // revision a large request is writing (spill.go)
 	metaCompactHash = []byte("mcompacthash") // HashKV at the compact revision before it (hash.go)
+	metaCountRanges = []byte("mcountranges") // the ranges whose counts are kept live (countcache.go)
 )

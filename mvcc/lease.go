@@ -145,7 +145,7 @@ func (t *leaseTable) replace(o *leaseTable) {
 
 // load rebuilds the table from the lease records and the index keys, and
 // counts the keys that exist.
-func (t *leaseTable) load(r engine.Reader) (int64, error) {
+func (t *leaseTable) load(r engine.Reader, visit func(ik []byte)) (int64, error) {
 	it := r.Iterate([]byte{prefixLease}, []byte{prefixLease + 1}, false)
 	for ; it.Valid(); it.Next() {
 		b, err := it.Value()
@@ -172,6 +172,9 @@ func (t *leaseTable) load(r engine.Reader) (int64, error) {
 			continue
 		}
 		keys++
+		if visit != nil {
+			visit(it.Key())
+		}
 		if m.lease != 0 {
 			raw, err := splitIndexKey(it.Key())
 			if err != nil {

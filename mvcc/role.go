@@ -236,14 +236,35 @@ func (s *Store) reload() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// A store alone on its engine counts, in the same walk, the ranges
+	// it kept live counts of (see liveCounts). A clustered one does not:
+	// other members write without keeping them.
+	var counter *rangeCounter
+	var visit func([]byte)
+	if !s.opts.Clustered {
+		ranges, err := countRanges(snap)
+		if err != nil {
+			return 0, err
+		}
+		if len(ranges) > 0 {
+			counter = newRangeCounter(ranges)
+			visit = counter.add
+		}
+	}
 	leases := newLeaseTable()
-	keys, err := leases.load(snap)
+	keys, err := leases.load(snap, visit)
 	if err != nil {
 		return 0, fmt.Errorf("load leases: %w", err)
 	}
 	s.leases.replace(leases)
 	s.keys.Store(keys)
 	s.live.reset(st.rev)
+	if counter != nil {
+		for i, r := range counter.ranges {
+			s.live.put(r.start, r.end, st.rev, counter.n[i])
+		}
+		s.live.markAllSaved()
+	}
 	s.rev.Store(st.rev)
 	s.applied.Store(st.applied)
 	s.compact.Store(st.compact)

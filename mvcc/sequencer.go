@@ -207,7 +207,19 @@ func (s *Store) commit(batch []*request) int {
 			notify = append(notify, committed{rev: rev, events: w.events})
 		}
 	}
-	if err := tx.Put(metaState, stateRecord(rev, applied, t.epoch)); err != nil {
+	// The set of live-count ranges rides on the commit when it changed.
+	countGen, ranges, saveRanges := int64(0), []byte(nil), false
+	if !s.opts.Clustered {
+		countGen, ranges, saveRanges = s.live.unsaved(time.Now())
+	}
+	err = nil
+	if saveRanges {
+		err = tx.Put(metaCountRanges, ranges)
+	}
+	if err == nil {
+		err = tx.Put(metaState, stateRecord(rev, applied, t.epoch))
+	}
+	if err != nil {
 		abort()
 		switch {
 		case errors.Is(err, engine.ErrTxnTooBig) && len(batch) > 1:
@@ -228,6 +240,9 @@ func (s *Store) commit(batch []*request) int {
 	took := time.Since(start)
 	if o := s.observe(); o != nil {
 		o.Committed(len(batch), took)
+	}
+	if saveRanges {
+		s.live.markSaved(countGen, time.Now())
 	}
 	s.report(batch, results)
 	s.publish(rev, compact, applied, keys, notify, hooks)

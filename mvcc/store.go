@@ -183,8 +183,14 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.mu.Unlock()
-	// Before the sequencer stops: a hash being recorded goes through it.
+	// Before the sequencer stops: a hash being recorded goes through it,
+	// and so does a set of live-count ranges no commit has saved yet.
 	s.hasher.stop()
+	if !s.opts.Clustered && s.live.saveSoon() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.Ping(ctx) // a failure costs the next start a walk, no more
+		cancel()
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -136,6 +136,10 @@ type reloader struct {
 	revoked map[string]bool // serial numbers, as big-endian bytes
 }
 
+// ServerConfig is the TLS configuration of a server presenting these
+// files and enforcing their rules; the files are re-read when they change.
+func (f TLSFiles) ServerConfig() (*tls.Config, error) { return newTLSConfig(f) }
+
 func newTLSConfig(files TLSFiles) (*tls.Config, error) {
 	if err := files.Validate(); err != nil {
 		return nil, err
@@ -288,8 +292,12 @@ func readCRL(path string) (map[string]bool, error) {
 	return revoked, nil
 }
 
-// selfSigned writes a self-signed certificate and key for hosts into dir,
-// unless they are there already, as etcd's --auto-tls does.
+// SelfSigned writes a self-signed certificate and key for hosts into dir,
+// unless they are there already, as etcd's --auto-tls does, and names them.
+func SelfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
+	return selfSigned(dir, hosts, years)
+}
+
 func selfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 	files := TLSFiles{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
 	if _, err := os.Stat(files.CertFile); err == nil {
