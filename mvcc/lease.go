@@ -35,58 +35,112 @@ func leaseKey(id int64) []byte {
 // which keys each holds. The sequencer changes it while it applies
 // requests, recording how to undo each change should the batch not
 // commit; readers take mu.
+//
+// It is what a lease costs in memory, so it is kept to one map slot per
+// lease: most leases hold a single key (a node's heartbeat, a leader
+// election, an apiserver's identity), which the entry keeps inline, and a
+// set is made only for a lease that holds more.
 type leaseTable struct {
-	mu   sync.RWMutex
-	ttl  map[int64]int64
-	keys map[int64]map[string]struct{}
+	mu     sync.RWMutex
+	leases map[int64]leaseEntry
 }
 
+// leaseEntry is one lease: its TTL if it is granted, and its keys. An
+// entry exists while the lease is granted or holds a key (a key can
+// outlive its lease's record only in a damaged store, and load keeps
+// it, as before, without making the lease exist).
+type leaseEntry struct {
+	ttl     int64
+	granted bool
+	// key is one of the lease's keys, "" if none (etcd has no empty
+	// key); more holds the others, nil while there are none.
+	key  string
+	more map[string]struct{}
+}
+
+func (e *leaseEntry) empty() bool { return !e.granted && e.key == "" && len(e.more) == 0 }
+
 func newLeaseTable() *leaseTable {
-	return &leaseTable{ttl: make(map[int64]int64), keys: make(map[int64]map[string]struct{})}
+	return &leaseTable{leases: make(map[int64]leaseEntry)}
 }
 
 func (t *leaseTable) exists(id int64) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	_, ok := t.ttl[id]
-	return ok
+	return t.leases[id].granted
+}
+
+// ttlOf returns the lease's TTL and whether it is granted. The caller
+// holds mu or is the sequencer, the only writer.
+func (t *leaseTable) ttlOf(id int64) (int64, bool) {
+	e := t.leases[id]
+	return e.ttl, e.granted
 }
 
 func (t *leaseTable) attach(id int64, key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ks := t.keys[id]
-	if ks == nil {
-		ks = make(map[string]struct{})
-		t.keys[id] = ks
+	e := t.leases[id]
+	switch {
+	case e.key == key && key != "":
+		return
+	case e.key == "" && key != "":
+		if _, dup := e.more[key]; dup {
+			return
+		}
+		e.key = key
+	default:
+		if e.more == nil {
+			e.more = make(map[string]struct{}, 1)
+		}
+		e.more[key] = struct{}{}
 	}
-	ks[key] = struct{}{}
+	t.leases[id] = e
 }
 
 func (t *leaseTable) detach(id int64, key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.keys[id], key)
-	if len(t.keys[id]) == 0 {
-		delete(t.keys, id)
+	e, ok := t.leases[id]
+	if !ok {
+		return
 	}
+	if e.key == key && key != "" {
+		e.key = ""
+	} else {
+		delete(e.more, key)
+	}
+	if len(e.more) == 0 {
+		e.more = nil
+	}
+	t.store(id, e)
 }
 
 func (t *leaseTable) set(id, ttl int64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if ok {
-		t.ttl[id] = ttl
-	} else {
-		delete(t.ttl, id)
+	e := t.leases[id]
+	e.ttl, e.granted = ttl, ok
+	if !ok {
+		e.ttl = 0
 	}
+	t.store(id, e)
+}
+
+// store puts e back, or drops it once it holds nothing. mu is held.
+func (t *leaseTable) store(id int64, e leaseEntry) {
+	if e.empty() {
+		delete(t.leases, id)
+		return
+	}
+	t.leases[id] = e
 }
 
 // replace takes the contents of o, a table loaded afresh.
 func (t *leaseTable) replace(o *leaseTable) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.ttl, t.keys = o.ttl, o.keys
+	t.leases = o.leases
 }
 
 // load rebuilds the table from the lease records and the index keys, and
@@ -99,7 +153,7 @@ func (t *leaseTable) load(r engine.Reader, visit func(ik []byte)) (int64, error)
 			it.Close()
 			return 0, fmt.Errorf("lease record %x: %w", it.Key(), errors.Join(err, errBadRecord))
 		}
-		t.ttl[int64(binary.BigEndian.Uint64(it.Key()[1:]))] = int64(binary.BigEndian.Uint64(b))
+		t.set(int64(binary.BigEndian.Uint64(it.Key()[1:])), int64(binary.BigEndian.Uint64(b)), true)
 	}
 	it.Close()
 	it = r.Iterate([]byte{prefixIndex}, []byte{prefixIndex + 1}, false)
@@ -136,8 +190,12 @@ func (t *leaseTable) load(r engine.Reader, visit func(ik []byte)) (int64, error)
 func (t *leaseTable) keysOf(id int64) [][]byte {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	out := make([][]byte, 0, len(t.keys[id]))
-	for k := range t.keys[id] {
+	e := t.leases[id]
+	out := make([][]byte, 0, len(e.more)+1)
+	if e.key != "" {
+		out = append(out, []byte(e.key))
+	}
+	for k := range e.more {
 		out = append(out, []byte(k))
 	}
 	slices.SortFunc(out, bytes.Compare)
@@ -148,9 +206,11 @@ func (t *leaseTable) keysOf(id int64) [][]byte {
 func (s *Store) Leases() []Lease {
 	s.leases.mu.RLock()
 	defer s.leases.mu.RUnlock()
-	out := make([]Lease, 0, len(s.leases.ttl))
-	for id, ttl := range s.leases.ttl {
-		out = append(out, Lease{ID: id, TTL: ttl})
+	out := make([]Lease, 0, len(s.leases.leases))
+	for id, e := range s.leases.leases {
+		if e.granted {
+			out = append(out, Lease{ID: id, TTL: e.ttl})
+		}
 	}
 	slices.SortFunc(out, func(a, b Lease) int { return cmpInt(a.ID, b.ID) })
 	return out
@@ -205,7 +265,7 @@ func (s *Store) RevokeLease(ctx context.Context, id int64) (int64, error) {
 
 // setLease changes the lease table, to be undone if the batch fails.
 func (w *writer) setLease(id, ttl int64, ok bool) {
-	old, had := w.leases.ttl[id] // the sequencer is the only writer
+	old, had := w.leases.ttlOf(id) // the sequencer is the only writer
 	w.leases.set(id, ttl, ok)
 	w.undo(func() { w.leases.set(id, old, had) })
 }

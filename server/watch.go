@@ -56,11 +56,7 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		st.wg.Wait()
 	}()
 	st.wg.Add(1)
-	go st.pump()
-	if iv := ws.s.cfg.WatchProgressNotifyInterval; iv > 0 {
-		st.wg.Add(1)
-		go st.notifyProgress(iv)
-	}
+	go st.pump(ws.s.cfg.WatchProgressNotifyInterval)
 	// Requests are read on their own goroutine so that the stream ends as
 	// soon as the client goes or the server stops, not at the next read.
 	errc := make(chan error, 1)
@@ -349,8 +345,23 @@ func (st *watchStream) cancelWatch(id int64) error {
 // for all of them: it visits each watcher that is behind the head, pulls
 // its next events and sends them, back to back, so gRPC can coalesce the
 // writes, then waits for the head to move.
-func (st *watchStream) pump() {
+//
+// The periodic progress notifications (every interval, if not zero) are
+// sent by the pump too, after a pass has brought every watcher it could
+// to the head. A notification must not run ahead of its watcher's
+// events, so it needs the watcher synced; judged from another goroutine,
+// a tick that came between a commit and the pump's visit found even a
+// watcher with nothing to receive behind, and skipped it, and under a
+// steady write load (a write each interval, as in etcd's watch delay
+// tests) the ticks kept landing there. Here the pump has just visited it.
+func (st *watchStream) pump(interval time.Duration) {
 	defer st.wg.Done()
+	var ticks <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		ticks = t.C
+	}
 	defer func() {
 		st.stepMu.Lock()
 		st.mu.Lock()
@@ -380,12 +391,23 @@ func (st *watchStream) pump() {
 		if err := st.maybeProgress(); err != nil {
 			return
 		}
+		select {
+		case <-ticks:
+			if err := st.notifyProgress(head); err != nil {
+				return
+			}
+		default:
+		}
 		if len(ready) > 0 {
 			continue // a watcher far behind may have more
 		}
 		select {
 		case <-changed:
 		case <-st.kick:
+		case <-ticks:
+			if err := st.notifyProgress(head); err != nil {
+				return
+			}
 		case <-st.ctx.Done():
 			return
 		}
@@ -504,31 +526,24 @@ func (st *watchStream) maybeProgress() error {
 	return st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: head}, WatchId: invalidWatchID})
 }
 
-// notifyProgress sends each progress_notify watcher that stayed quiet for
-// an interval a notification of the current revision, if it is synced.
-func (st *watchStream) notifyProgress(interval time.Duration) {
-	defer st.wg.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-st.ctx.Done():
-			return
-		case <-t.C:
-		}
-		head := st.hub.Rev()
-		st.mu.Lock()
-		var due []int64
-		for id, sw := range st.watchers {
-			if sw.progressNotify && sw.quiet.Swap(true) && sw.synced(head) {
-				due = append(due, id)
-			}
-		}
-		st.mu.Unlock()
-		for _, id := range due {
-			if err := st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: head}, WatchId: id}); err != nil {
-				return
-			}
+// notifyProgress sends, at a tick, each progress_notify watcher that
+// stayed quiet since the last one a notification of head, if it has
+// sent everything up to head. The pump calls it after a pass that
+// stepped every watcher behind head.
+func (st *watchStream) notifyProgress(head int64) error {
+	st.mu.Lock()
+	var due []int64
+	for id, sw := range st.watchers {
+		if sw.progressNotify && sw.quiet.Swap(true) && sw.synced(head) {
+			due = append(due, id)
 		}
 	}
+	st.mu.Unlock()
+	slices.Sort(due)
+	for _, id := range due {
+		if err := st.send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: head}, WatchId: id}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

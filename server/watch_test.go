@@ -233,6 +233,69 @@ func TestWatchProgressNotify(t *testing.T) {
 	}
 }
 
+// TestWatchProgressUnderWrites: on a stream whose pump is never idle (a
+// second watcher hears a write that never stops), a quiet
+// progress_notify watcher still hears a notification each interval, at
+// a revision no older than the last, and never one past the head its
+// stream had when the notification was sent. The ticks are the pump's
+// own: it sends them between passes, not only when it waits.
+func TestWatchProgressUnderWrites(t *testing.T) {
+	_, cli := startSett(t, "", server.Config{WatchProgressNotifyInterval: 20 * time.Millisecond})
+	ctx := ctxT(t)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	busy := cli.Watch(wctx, "b/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if r := <-busy; !r.Created {
+		t.Fatalf("first response %+v, want created", r)
+	}
+	quiet := cli.Watch(wctx, "a", clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	if r := <-quiet; !r.Created {
+		t.Fatalf("first response %+v, want created", r)
+	}
+	writing := make(chan error, 1)
+	go func() {
+		defer close(writing)
+		for i := 0; wctx.Err() == nil; i++ {
+			if _, err := cli.Put(wctx, fmt.Sprint("b/", i%10), "v"); err != nil && wctx.Err() == nil {
+				writing <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		for range busy { // keep the busy watcher read
+		}
+	}()
+	var last int64
+	for n := 0; n < 5; {
+		select {
+		case r := <-quiet:
+			if err := r.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if !r.IsProgressNotify() {
+				t.Fatalf("quiet watcher got %+v", r)
+			}
+			if r.Header.Revision < last {
+				t.Fatalf("progress went back from %d to %d", last, r.Header.Revision)
+			}
+			last = r.Header.Revision
+			n++
+		case err := <-writing:
+			t.Fatalf("writer: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("%d progress notifications before the deadline, want 5", n)
+		}
+	}
+	g, err := cli.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last > g.Header.Revision {
+		t.Fatalf("progress at %d, past the head %d", last, g.Header.Revision)
+	}
+}
+
 // TestWatchFragment: a watcher that asks for fragments gets a response
 // larger than the message limit in pieces that add up to all events. The
 // hub never splits a revision, so the response is one revision: a prefix

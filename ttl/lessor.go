@@ -65,6 +65,10 @@ type Lessor struct {
 	opts  Options
 
 	ids *idGen
+	// epoch is when the lessor started, on the monotonic clock: expiries
+	// are kept as offsets from it, 8 bytes a lease instead of a
+	// time.Time's 24, and immune to the wall clock's steps.
+	epoch time.Time
 
 	mu     sync.Mutex
 	leases map[int64]*lease
@@ -96,14 +100,22 @@ func (l *Lessor) Counts() Counts {
 	return Counts{Renewed: l.renewed.Load(), Revoked: l.revoked.Load(), Expired: l.expired.Load()}
 }
 
+// lease is what the lessor keeps of each lease; with the map slot and
+// the queue's pointer it is what a lease costs here, so it is kept small.
 type lease struct {
 	id, ttl int64
-	expiry  time.Time
-	index   int // in the expiry queue
+	expiry  mono  // when it runs out
+	index   int32 // in the expiry queue
 	// revoking is set once the lease expired: it can no longer be kept
 	// alive, as in etcd, even while its revocation is under way.
 	revoking bool
 }
+
+// mono is a time as nanoseconds since the lessor's epoch.
+type mono int64
+
+// now returns the time now since the lessor's epoch.
+func (l *Lessor) now() mono { return mono(time.Since(l.epoch)) }
 
 // New returns a lessor for the leases the store holds: each gets its full
 // TTL from now, as etcd does after a restart.
@@ -118,16 +130,16 @@ func New(store Store, opts Options) *Lessor {
 		opts.Logger = slog.Default()
 	}
 	now := time.Now()
-	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
+	l := &Lessor{store: store, opts: opts, ids: newIDGen(uint16(opts.Member), now), epoch: now, leases: make(map[int64]*lease), wake: make(chan struct{}, 1)}
 	l.following = opts.Follower
 	if !opts.Follower {
-		l.load(now)
+		l.load(l.now())
 	}
 	return l
 }
 
 // load gives every lease the store holds its full TTL from now.
-func (l *Lessor) load(now time.Time) {
+func (l *Lessor) load(now mono) {
 	for _, r := range l.store.Leases() {
 		l.add(r.ID, max(r.TTL, l.opts.MinTTL), now)
 	}
@@ -147,7 +159,7 @@ func (l *Lessor) Lead(ctx context.Context, f mvcc.Fencer) error {
 	l.queue = nil
 	l.term, _ = f.(holder)
 	l.following = false
-	l.load(time.Now())
+	l.load(l.now())
 	l.mu.Unlock()
 	l.poke()
 	return nil
@@ -167,17 +179,19 @@ func (l *Lessor) Follow() {
 // primary reports whether the lessor may answer for its leases' time. l.mu is held.
 func (l *Lessor) primary() bool { return !l.following && (l.term == nil || l.term.Held()) }
 
-func (l *Lessor) add(id, ttl int64, now time.Time) {
+func (l *Lessor) add(id, ttl int64, now mono) {
 	le := &lease{id: id, ttl: ttl, expiry: expiry(now, ttl)}
 	l.leases[id] = le
 	heap.Push(&l.queue, le)
 }
 
-func expiry(now time.Time, ttl int64) time.Time {
-	if ttl > math.MaxInt64/int64(time.Second) {
-		return now.Add(math.MaxInt64)
+// expiry is ttl seconds after now, or the end of time if that is past
+// what a mono holds.
+func expiry(now mono, ttl int64) mono {
+	if ttl > (math.MaxInt64-int64(now))/int64(time.Second) {
+		return math.MaxInt64
 	}
-	return now.Add(time.Duration(ttl) * time.Second)
+	return now + mono(ttl)*mono(time.Second)
 }
 
 func (l *Lessor) poke() {
@@ -208,7 +222,7 @@ func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (int64, int64, error)
 		break
 	}
 	l.mu.Lock()
-	l.add(id, ttl, time.Now())
+	l.add(id, ttl, l.now())
 	l.mu.Unlock()
 	l.poke()
 	return id, ttl, nil
@@ -230,7 +244,7 @@ func (l *Lessor) forget(id int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if le := l.leases[id]; le != nil {
-		heap.Remove(&l.queue, le.index)
+		heap.Remove(&l.queue, int(le.index))
 		delete(l.leases, id)
 	}
 }
@@ -245,12 +259,12 @@ func (l *Lessor) KeepAlive(id int64) (int64, error) {
 		return 0, ErrNotPrimary
 	}
 	le := l.leases[id]
-	now := time.Now()
-	if le == nil || le.revoking || !now.Before(le.expiry) {
+	now := l.now()
+	if le == nil || le.revoking || now >= le.expiry {
 		return 0, mvcc.ErrLeaseNotFound
 	}
 	le.expiry = expiry(now, le.ttl)
-	heap.Fix(&l.queue, le.index)
+	heap.Fix(&l.queue, int(le.index))
 	l.renewed.Add(1)
 	return le.ttl, nil
 }
@@ -268,7 +282,7 @@ func (l *Lessor) TimeToLive(id int64, withKeys bool) (granted, remaining int64, 
 		l.mu.Unlock()
 		return 0, 0, nil, mvcc.ErrLeaseNotFound
 	}
-	granted, remaining = le.ttl, int64(time.Until(le.expiry).Seconds())
+	granted, remaining = le.ttl, int64(time.Duration(le.expiry-l.now()).Seconds())
 	l.mu.Unlock()
 	if withKeys {
 		keys = l.store.LeaseKeys(id)
@@ -294,7 +308,7 @@ func (l *Lessor) Run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		due := l.due(time.Now(), perTick)
+		due := l.due(l.now(), perTick)
 		if len(due) > 0 {
 			l.revokeAll(ctx, due)
 		}
@@ -314,7 +328,7 @@ func (l *Lessor) Run(ctx context.Context) {
 
 // due returns up to n leases whose time has come. They stay in the queue,
 // pushed back a little, until their revocation removes them.
-func (l *Lessor) due(now time.Time, n int) []int64 {
+func (l *Lessor) due(now mono, n int) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.primary() {
@@ -323,12 +337,12 @@ func (l *Lessor) due(now time.Time, n int) []int64 {
 		return nil
 	}
 	var ids []int64
-	for len(ids) < n && l.queue.Len() > 0 && !l.queue[0].expiry.After(now) {
+	for len(ids) < n && l.queue.Len() > 0 && l.queue[0].expiry <= now {
 		le := l.queue[0]
 		ids = append(ids, le.id)
 		le.revoking = true
 		// Retry later should the revocation fail.
-		le.expiry = now.Add(3 * time.Second)
+		le.expiry = now + mono(3*time.Second)
 		heap.Fix(&l.queue, 0)
 	}
 	return ids
@@ -343,13 +357,13 @@ func (l *Lessor) untilNext() time.Duration {
 	if !l.primary() {
 		return 100 * time.Millisecond // until it holds again or follows
 	}
-	return max(time.Until(l.queue[0].expiry), time.Millisecond)
+	return max(time.Duration(l.queue[0].expiry-l.now()), time.Millisecond)
 }
 
 // revokeInFlight bounds the revocations queued at once, so a burst of
 // expiries shares the sequencer with foreground writes instead of
 // queueing ahead of them.
-const revokeInFlight = 4
+const revokeInFlight = 32
 
 func (l *Lessor) revokeAll(ctx context.Context, ids []int64) {
 	sem := make(chan struct{}, revokeInFlight)
@@ -375,14 +389,14 @@ func (l *Lessor) revokeAll(ctx context.Context, ids []int64) {
 type expiryQueue []*lease
 
 func (q expiryQueue) Len() int           { return len(q) }
-func (q expiryQueue) Less(i, j int) bool { return q[i].expiry.Before(q[j].expiry) }
+func (q expiryQueue) Less(i, j int) bool { return q[i].expiry < q[j].expiry }
 func (q expiryQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+	q[i].index, q[j].index = int32(i), int32(j)
 }
 func (q *expiryQueue) Push(x any) {
 	le := x.(*lease)
-	le.index = len(*q)
+	le.index = int32(len(*q))
 	*q = append(*q, le)
 }
 func (q *expiryQueue) Pop() any {
