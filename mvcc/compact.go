@@ -367,15 +367,7 @@ func (p *cleanup) planKey(r engine.Reader, raw []byte, target int64) error {
 	if !it.Valid() {
 		return nil
 	}
-	_, _, rev, err := splitKey(it.Key())
-	if err != nil {
-		return err
-	}
-	b, err := it.Value()
-	if err != nil {
-		return err
-	}
-	ver, err := decodeVersion(b)
+	rev, ver, err := decodeAt(it)
 	if err != nil {
 		return err
 	}

@@ -86,18 +86,25 @@ func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, err
 	return versionAt(it, raw)
 }
 
-// versionAt decodes the object version under the iterator, nil if it is
-// a deletion.
-func versionAt(it engine.Iterator, raw []byte) (*mvccpb.KeyValue, error) {
-	_, _, orev, err := splitKey(it.Key())
+// decodeAt decodes the object version under the iterator and the
+// revision its key carries.
+func decodeAt(it engine.Iterator) (int64, version, error) {
+	_, _, rev, err := splitKey(it.Key())
 	if err != nil {
-		return nil, err
+		return 0, version{}, err
 	}
 	b, err := it.Value()
 	if err != nil {
-		return nil, err
+		return 0, version{}, err
 	}
 	ver, err := decodeVersion(b)
+	return rev, ver, err
+}
+
+// versionAt decodes the object version under the iterator, nil if it is
+// a deletion.
+func versionAt(it engine.Iterator, raw []byte) (*mvccpb.KeyValue, error) {
+	orev, ver, err := decodeAt(it)
 	if err != nil {
 		return nil, err
 	}

@@ -227,15 +227,7 @@ func undoKey(tx engine.Txn, raw []byte, rev int64) error {
 	if !it.Valid() {
 		return tx.Delete(indexKey(raw))
 	}
-	_, _, orev, err := splitKey(it.Key())
-	if err != nil {
-		return err
-	}
-	b, err := it.Value()
-	if err != nil {
-		return err
-	}
-	ver, err := decodeVersion(b)
+	orev, ver, err := decodeAt(it)
 	if err != nil {
 		return err
 	}
