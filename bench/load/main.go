@@ -24,8 +24,9 @@ import (
 	"time"
 )
 
-// config holds the workload sizes. The defaults keep a whole run to about
-// five minutes on two cores; -scale shrinks every count at once.
+// config holds the workload sizes. A default run takes about 8.5
+// minutes on two cores, most of it etcd expiring workload 8's leases;
+// -scale shrinks every count at once.
 type config struct {
 	mixedOps        int // workload 1 and 7
 	mixedWorkers    int

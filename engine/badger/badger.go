@@ -85,8 +85,10 @@ const DefaultDiskReserve = 64 << 20
 // of a small Kubernetes control plane. Against 4 MiB memtables, four
 // level-0 tables and a 10 MiB base level, these write about half the
 // bytes per 1 KiB create (2.5 against 5 KiB, flushes and merges
-// included) for a quarter to a third less CPU, at the same peak memory:
-// fewer, larger merges leave fewer mapped table pages resident at once.
+// included) for a quarter to a third less CPU under concurrent writes,
+// at no higher peak memory: fewer, larger merges leave fewer mapped
+// table pages resident at once. A single client pays 10-15% more CPU
+// per write (see docs/BENCHMARKS.md, The write path).
 const (
 	DefaultMemTableSize    = 8 << 20
 	DefaultLevelZeroTables = 8
