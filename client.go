@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -33,7 +31,7 @@ func clientFlags(endpoints, usage string) []cli.Flag {
 // clientConfig is the client configuration the client flags describe.
 func clientConfig(c *cli.Context) (clientv3.Config, error) {
 	cfg := clientv3.Config{
-		Endpoints:   splitURLs(c.String("endpoints")),
+		Endpoints:   splitList(c.String("endpoints")),
 		DialTimeout: c.Duration("dial-timeout"),
 	}
 	var err error
@@ -50,8 +48,8 @@ func commandContext(c *cli.Context) (context.Context, context.CancelFunc) {
 	return context.WithCancel(c.Context)
 }
 
-// clientTLS builds the client's TLS configuration from etcdctl's flags;
-// nil means plain connections.
+// clientTLS builds the client's TLS configuration from etcdctl's flags,
+// with etcd's own code, as etcdctl does; nil means plain connections.
 func clientTLS(endpoints []string, cacert, cert, key string) (*tls.Config, error) {
 	secure := cacert != "" || cert != ""
 	for _, e := range endpoints {
@@ -60,23 +58,5 @@ func clientTLS(endpoints []string, cacert, cert, key string) (*tls.Config, error
 	if !secure {
 		return nil, nil
 	}
-	conf := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cacert != "" {
-		pem, err := os.ReadFile(cacert)
-		if err != nil {
-			return nil, err
-		}
-		conf.RootCAs = x509.NewCertPool()
-		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--cacert %s: no certificates found", cacert)
-		}
-	}
-	if cert != "" || key != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("--cert/--key: %w", err)
-		}
-		conf.Certificates = []tls.Certificate{pair}
-	}
-	return conf, nil
+	return transport.TLSInfo{TrustedCAFile: cacert, CertFile: cert, KeyFile: key}.ClientConfig()
 }

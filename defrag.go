@@ -9,7 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/internal/progress"
 )
 
 // defragCommand reclaims the space of deleted and overwritten data, as
@@ -26,32 +28,18 @@ func defragCommand() *cli.Command {
 }
 
 func defrag(c *cli.Context) error {
-	log, err := newLogger(logOptions{level: "info", format: "auto"})
+	log, _, err := embed.NewLogger("info", "auto", "default")
 	if err != nil {
 		return err
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	dir, endpoints := c.String("data-dir"), splitURLs(c.String("endpoints"))
+	dir, endpoints := c.String("data-dir"), splitList(c.String("endpoints"))
 	switch {
 	case dir != "" && len(endpoints) > 0:
 		return errors.New("give --data-dir or --endpoints, not both")
 	case dir != "":
-		if _, err := os.Stat(dir); err != nil {
-			return err
-		}
-		// Opening takes the directory's lock, so a running sett is
-		// refused rather than defragmented under its feet.
-		db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
-		if err != nil {
-			return fmt.Errorf("open %s: %w", dir, err)
-		}
-		before := db.Size()
-		err = newProgress(log, "defragmenting "+dir, "seconds", -1).during(db.GC)
-		after := db.Size()
-		if cerr := db.Close(); err == nil {
-			err = cerr
-		}
+		before, after, err := badger.Defrag(dir, log, progress.New(log, "defragmenting "+dir, "seconds", -1).During)
 		if err != nil {
 			return err
 		}
@@ -72,7 +60,7 @@ func defrag(c *cli.Context) error {
 	failed := false
 	for _, ep := range endpoints {
 		start := time.Now()
-		err := newProgress(log, "defragmenting "+ep, "seconds", -1).during(func() error {
+		err := progress.New(log, "defragmenting "+ep, "seconds", -1).During(func() error {
 			_, err := client.Defragment(ctx, ep)
 			return err
 		})

@@ -2,14 +2,17 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/settdb/sett/embed"
 	"github.com/urfave/cli/v2"
-	"go.etcd.io/etcd/server/v3/embed"
+	etcdembed "go.etcd.io/etcd/server/v3/embed"
 )
 
 // etcdMainFlags are the flags etcd's main package adds to embed.Config's,
@@ -43,7 +46,7 @@ func checkOnly() *cli.App {
 // etcd's default value, starts sett: none is unknown, none refused.
 func TestEtcdFlagsAccepted(t *testing.T) {
 	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)
-	embed.NewConfig().AddFlags(fs)
+	etcdembed.NewConfig().AddFlags(fs)
 	defaults := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { defaults[f.Name] = f.DefValue })
 	for n, v := range etcdMainFlags {
@@ -99,49 +102,173 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 	}
 }
 
-// TestConfigFileArgs: etcd's configuration file, nested TLS blocks and
-// nanosecond durations included, reads into the flags etcd maps them to;
-// blank keys keep their defaults.
-func TestConfigFileArgs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "etcd.conf.yml")
-	os.WriteFile(path, []byte(`
-name: 'm1'
-data-dir:
-listen-client-urls: https://127.0.0.1:2379
-snapshot-count: 10000
-grpc-keepalive-min-time: 10000000000
-log-outputs: [stderr, /tmp/x.log]
-cipher-suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]
-proxy: 'off'
-client-transport-security:
-  cert-file: /c.pem
-  client-cert-auth: true
-  allowed-cn: [alice, bob]
-  auto-tls: false
-peer-transport-security:
-  cert-file: /p.pem
-  allowed-hostname:
-socket-options:
-  reuse-port: true
-`), 0o600)
-	cf, err := readConfigFile(path, serveFlagsNoEnv())
-	if err != nil {
-		t.Fatal(err)
+// flagFields says where each of serve's flags goes: the embed.Config
+// field it sets, with a value to set it to (and flags it needs beside
+// it), or what else becomes of it. A flag missing here fails
+// TestFlagsReachConfig.
+var flagFields = map[string]struct {
+	field string   // the embed.Config field; or "refused", "not applicable", "command"
+	value string   // the value to set; "" toggles a bool
+	with  []string // flags the value needs beside it
+}{
+	"config-file":                    {field: "command"},
+	"name":                           {"Name", "m1", nil},
+	"data-dir":                       {"DataDir", "/d", nil},
+	"engine":                         {"Engine", "tikv", nil},
+	"tikv-pd-endpoints":              {"TiKVPDEndpoints", "pd:2379", nil},
+	"initial-cluster-token":          {"InitialClusterToken", "t", nil},
+	"initial-advertise-peer-urls":    {"InitialAdvertisePeerURLs", "http://a:2380", nil},
+	"initial-cluster":                {"InitialCluster", "m1=http://a:2380", nil},
+	"election-lease":                 {"ElectionLease", "7s", nil},
+	"listen-client-urls":             {"ListenClientURLs", "http://127.0.0.1:1", nil},
+	"advertise-client-urls":          {"AdvertiseClientURLs", "http://a:1", nil},
+	"listen-client-http-urls":        {"ListenClientHTTPURLs", "http://127.0.0.1:2", nil},
+	"enable-grpc-gateway":            {"EnableGRPCGateway", "", nil},
+	"listen-metrics-urls":            {"ListenMetricsURLs", "http://127.0.0.1:3", nil},
+	"socket-reuse-port":              {"SocketReusePort", "", nil},
+	"socket-reuse-address":           {"SocketReuseAddress", "", nil},
+	"cert-file":                      {"ClientTLS", "c.pem", nil},
+	"key-file":                       {"ClientTLS", "k.pem", nil},
+	"client-cert-auth":               {"ClientTLS", "", nil},
+	"trusted-ca-file":                {"ClientTLS", "ca.pem", nil},
+	"client-cert-file":               {"ClientTLS", "cc.pem", nil},
+	"client-key-file":                {"ClientTLS", "ck.pem", nil},
+	"client-crl-file":                {"ClientTLS", "x.crl", []string{"--client-cert-auth"}},
+	"client-cert-allowed-cn":         {"ClientTLS", "alice", []string{"--client-cert-auth"}},
+	"client-cert-allowed-hostname":   {"ClientTLS", "a.example", []string{"--client-cert-auth"}},
+	"cipher-suites":                  {"ClientTLS", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", nil},
+	"tls-min-version":                {"ClientTLS", "TLS1.3", nil},
+	"tls-max-version":                {"ClientTLS", "TLS1.3", nil},
+	"self-signed-cert-validity":      {"SelfSignedCertValidity", "7", nil},
+	"auth-token":                     {"AuthToken", "jwt,pub-key=p,priv-key=k,sign-method=RS256", nil},
+	"auth-token-ttl":                 {"AuthTokenTTL", "7", nil},
+	"bcrypt-cost":                    {"BcryptCost", "7", nil},
+	"auto-tls":                       {"AutoTLS", "", nil},
+	"max-request-bytes":              {"MaxRequestBytes", "7", nil},
+	"max-txn-ops":                    {"MaxTxnOps", "7", nil},
+	"quota-backend-bytes":            {"QuotaBackendBytes", "7", nil},
+	"max-concurrent-streams":         {"MaxConcurrentStreams", "7", nil},
+	"grpc-keepalive-min-time":        {"GRPCKeepaliveMinTime", "7s", nil},
+	"grpc-keepalive-interval":        {"GRPCKeepaliveInterval", "7s", nil},
+	"grpc-keepalive-timeout":         {"GRPCKeepaliveTimeout", "7s", nil},
+	"cors":                           {"CORS", "http://a.example", nil},
+	"host-whitelist":                 {"HostWhitelist", "a.example", nil},
+	"auto-compaction-mode":           {"AutoCompactionMode", "revision", nil},
+	"auto-compaction-retention":      {"AutoCompactionRetention", "7", nil},
+	"watch-progress-notify-interval": {"WatchProgressNotifyInterval", "7s", nil},
+	"warning-unary-request-duration": {"WarningUnaryRequestDuration", "7s", nil},
+	"unsafe-no-fsync":                {"UnsafeNoFsync", "", nil},
+	"memory-limit":                   {"MemoryLimit", "7MiB", nil},
+	"watch-ring-events":              {"WatchRingEvents", "7", nil},
+	"watch-ring-bytes":               {"WatchRingBytes", "7", nil},
+	"warning-apply-duration":         {"WarningApplyDuration", "7s", nil},
+	"strict-reconfig-check":          {"StrictReconfigCheck", "", nil},
+	"enable-pprof":                   {"EnablePprof", "", nil},
+	"logger":                         {field: "refused"},
+	"log-outputs":                    {"LogOutputs", "stdout", nil},
+	"log-level":                      {"LogLevel", "debug", nil},
+	"log-format":                     {"LogFormat", "json", nil},
+	"enable-log-rotation":            {field: "refused"},
+	"enable-distributed-tracing":     {field: "refused"},
+	"memory-mlock":                   {field: "refused"},
+	"snapshot-schedule-cron":         {"SnapshotScheduleCron", "@every 1h", nil},
+	"snapshot-dir":                   {"SnapshotDir", "/s", nil},
+	"snapshot-retention":             {"SnapshotRetention", "7", nil},
+	"snapshot-compress":              {"SnapshotCompress", "", nil},
+	"snapshot-name":                  {"SnapshotName", "n", nil},
+	"snapshot-format":                {"SnapshotFormat", "etcd", nil},
+	"snapshot-s3":                    {"SnapshotS3", "", nil},
+	"snapshot-s3-endpoint":           {"SnapshotS3", "s3.example", []string{"--snapshot-s3"}},
+	"snapshot-s3-endpoint-ca":        {"SnapshotS3", "ca.pem", []string{"--snapshot-s3"}},
+	"snapshot-s3-skip-ssl-verify":    {"SnapshotS3", "", []string{"--snapshot-s3"}},
+	"snapshot-s3-access-key":         {"SnapshotS3", "a", []string{"--snapshot-s3"}},
+	"snapshot-s3-secret-key":         {"SnapshotS3", "s", []string{"--snapshot-s3"}},
+	"snapshot-s3-session-token":      {"SnapshotS3", "t", []string{"--snapshot-s3"}},
+	"snapshot-s3-bucket":             {"SnapshotS3", "b", []string{"--snapshot-s3"}},
+	"snapshot-s3-region":             {"SnapshotS3", "eu-west-1", []string{"--snapshot-s3"}},
+	"snapshot-s3-folder":             {"SnapshotS3", "f", []string{"--snapshot-s3"}},
+	"snapshot-s3-insecure":           {"SnapshotS3", "", []string{"--snapshot-s3"}},
+	"snapshot-s3-bucket-lookup-type": {"SnapshotS3", "path", []string{"--snapshot-s3"}},
+	"snapshot-s3-timeout":            {"SnapshotS3", "7s", []string{"--snapshot-s3"}},
+	"snapshot-s3-retention":          {"SnapshotS3", "7", []string{"--snapshot-s3"}},
+}
+
+// configOf is the embed.Config sett's command line makes of args.
+func configOf(t *testing.T, args ...string) embed.Config {
+	t.Helper()
+	cfg := embed.NewConfig()
+	a := &cli.App{Name: "sett", Flags: serveFlags(&cfg), Action: func(c *cli.Context) error { return serveConfig(c, &cfg) }}
+	if err := a.Run(append([]string{"sett"}, args...)); err != nil {
+		t.Fatalf("%q: %v", args, err)
 	}
-	want := []string{
-		"--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-		"--cert-file=/c.pem", "--auto-tls=false", "--client-cert-auth=true", "--client-cert-allowed-cn=alice,bob",
-		"--grpc-keepalive-min-time=10s", "--listen-client-urls=https://127.0.0.1:2379",
-		"--log-outputs=stderr,/tmp/x.log", "--name=m1", "--peer-cert-file=/p.pem",
-		"--snapshot-count=10000", "--socket-reuse-port=true",
+	return cfg
+}
+
+// TestFlagsReachConfig: every flag of serve sets the embed.Config field
+// flagFields names (and no flag is missing from it), is refused when set,
+// is logged as not applicable, or is the command's own. The flags' defaults
+// are NewConfig's.
+func TestFlagsReachConfig(t *testing.T) {
+	base := configOf(t)
+	// The memory limit defaults to the cgroup's, which NewConfig cannot
+	// know.
+	base.MemoryLimit = 0
+	if want := embed.NewConfig(); !reflect.DeepEqual(base, want) {
+		t.Errorf("the flags' defaults:\n%+v\nNewConfig:\n%+v", base, want)
 	}
-	got := slices.Clone(cf.args)
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("args:\n got %q\nwant %q", got, want)
+	switches, values := embed.EtcdNotApplicable()
+	notApplicable := append(slices.Clone(switches), values...)
+	defaults := embed.NewConfig()
+	for _, f := range serveFlagsNoEnv(&defaults) {
+		name := f.Names()[0]
+		if slices.Contains(notApplicable, name) {
+			continue
+		}
+		ff, ok := flagFields[name]
+		if !ok {
+			t.Errorf("--%s: not in flagFields; which embed.Config field does it set?", name)
+			continue
+		}
+		switch ff.field {
+		case "command":
+			continue
+		case "refused":
+			arg := "--" + name
+			if _, isBool := f.(*cli.BoolFlag); !isBool {
+				arg += "=x"
+			}
+			if err := checkOnly().Run([]string{"sett", arg}); err == nil || !strings.Contains(err.Error(), "--"+name+" is refused: ") && !strings.Contains(err.Error(), "is not a logger") {
+				t.Errorf("%s: %v, want it refused with the reason", arg, err)
+			}
+			continue
+		}
+		arg := "--" + name + "=" + ff.value
+		if ff.value == "" {
+			arg = fmt.Sprintf("--%s=%t", name, !f.(*cli.BoolFlag).Value)
+		}
+		before := reflect.ValueOf(configOf(t, ff.with...)).FieldByName(ff.field)
+		if !before.IsValid() {
+			t.Errorf("--%s: embed.Config has no field %s", name, ff.field)
+			continue
+		}
+		after := reflect.ValueOf(configOf(t, append(slices.Clone(ff.with), arg)...)).FieldByName(ff.field)
+		if reflect.DeepEqual(before.Interface(), after.Interface()) {
+			t.Errorf("%s: embed.Config.%s stays %+v", arg, ff.field, before.Interface())
+		}
 	}
-	if !slices.Equal(cf.ignored, []string{"proxy"}) {
-		t.Errorf("ignored keys %q, want [proxy]", cf.ignored)
+	// Every not-applicable flag given is named in the start-up log line.
+	for _, name := range notApplicable {
+		a := app()
+		var logged []string
+		a.Action = func(c *cli.Context) error { logged = notApplicableSet(c); return nil }
+		arg := "--" + name
+		if !slices.Contains(switches, name) {
+			arg += "=1"
+		}
+		if err := a.Run([]string{"sett", arg}); err != nil {
+			t.Errorf("%s: %v", arg, err)
+		} else if !slices.Equal(logged, []string{name}) {
+			t.Errorf("%s: logged as not applicable: %q", arg, logged)
+		}
 	}
 }

@@ -34,6 +34,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require go.uber.org/goleak v1.3.0
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

@@ -5,15 +5,13 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/proxy"
-	"github.com/settdb/sett/server"
 )
 
 // grpcProxyEnv names a grpc-proxy flag's environment variable. It is not
@@ -26,110 +24,76 @@ func grpcProxyEnv(flag string) []string {
 
 // grpcProxyCommand is etcd's `grpc-proxy start`, with etcd's flags.
 func grpcProxyCommand() *cli.Command {
+	cfg, serverTLS := proxy.NewConfig(), proxy.ServerTLS{Dir: "default.proxy", Validity: 1}
 	return &cli.Command{
 		Name:  "grpc-proxy",
 		Usage: "etcd's gRPC proxy: forward the etcd v3 API to --endpoints",
 		Subcommands: []*cli.Command{{
 			Name:   "start",
 			Usage:  "start the gRPC proxy",
-			Flags:  grpcProxyFlags(),
-			Action: runGRPCProxy,
+			Flags:  grpcProxyFlags(&cfg, &serverTLS),
+			Action: func(c *cli.Context) error { return runGRPCProxy(c, &cfg, &serverTLS) },
 		}},
 	}
 }
 
-func grpcProxyFlags() []cli.Flag {
+// grpcProxyFlags are the proxy's flags; those that hold a field of cfg
+// or t as it is write it there, their default taken from it.
+func grpcProxyFlags(cfg *proxy.Config, t *proxy.ServerTLS) []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "listen-addr", Value: "127.0.0.1:23790", Usage: "host:port to serve clients, /health, /proxy/health, /metrics and /proxy/metrics on (https with --cert-file or --auto-tls)"},
+		bind(&cli.StringFlag{Name: "listen-addr", Usage: "host:port to serve clients, /health, /proxy/health, /metrics and /proxy/metrics on (https with --cert-file or --auto-tls)"}, &cfg.ListenAddr),
 		&cli.StringFlag{Name: "endpoints", Value: "127.0.0.1:2379", Usage: "comma-separated endpoints to forward to: host:port or http(s):// URLs"},
-		&cli.DurationFlag{Name: "endpoints-auto-sync-interval", Usage: "replace the endpoints by the cluster's client URLs this often (0: never)"},
-		&cli.StringFlag{Name: "advertise-client-url", Usage: "where clients reach the proxy; /proxy/health calls the proxy there (default: --listen-addr)"},
-		&cli.StringFlag{Name: "metrics-addr", Usage: "an http(s):// URL serving the health and metrics endpoints too"},
-		&cli.DurationFlag{Name: "dial-keepalive-time", Usage: "ping a quiet connection to an endpoint this often (0: never)"},
-		&cli.DurationFlag{Name: "dial-keepalive-timeout", Value: 20 * time.Second, Usage: "drop a connection to an endpoint whose ping is not answered this soon"},
-		&cli.BoolFlag{Name: "permit-without-stream", Usage: "ping the endpoints even with no call open"},
-		&cli.IntFlag{Name: "max-send-bytes", Value: 1536 * 1024, Usage: "largest message sent to an endpoint"},
-		&cli.IntFlag{Name: "max-recv-bytes", Value: math.MaxInt32, Usage: "largest message received from an endpoint"},
-		&cli.DurationFlag{Name: "grpc-keepalive-min-time", Value: 5 * time.Second, Usage: "least time a client should wait between keepalive pings"},
-		&cli.DurationFlag{Name: "grpc-keepalive-interval", Value: 2 * time.Hour, Usage: "how long a quiet client connection waits before the proxy pings it (0: never)"},
-		&cli.DurationFlag{Name: "grpc-keepalive-timeout", Value: 20 * time.Second, Usage: "how long the proxy waits for the answer to its ping before closing the connection"},
+		bind(&cli.DurationFlag{Name: "endpoints-auto-sync-interval", Usage: "replace the endpoints by the cluster's client URLs this often (0: never)"}, &cfg.AutoSyncInterval),
+		bind(&cli.StringFlag{Name: "advertise-client-url", Usage: "where clients reach the proxy; /proxy/health calls the proxy there (default: --listen-addr)"}, &cfg.AdvertiseClientURL),
+		bind(&cli.StringFlag{Name: "metrics-addr", Usage: "an http(s):// URL serving the health and metrics endpoints too"}, &cfg.MetricsURL),
+		bind(&cli.DurationFlag{Name: "dial-keepalive-time", Usage: "ping a quiet connection to an endpoint this often (0: never)"}, &cfg.DialKeepAliveTime),
+		bind(&cli.DurationFlag{Name: "dial-keepalive-timeout", Usage: "drop a connection to an endpoint whose ping is not answered this soon"}, &cfg.DialKeepAliveTimeout),
+		bind(&cli.BoolFlag{Name: "permit-without-stream", Usage: "ping the endpoints even with no call open"}, &cfg.PermitWithoutStream),
+		bind(&cli.IntFlag{Name: "max-send-bytes", Usage: "largest message sent to an endpoint"}, &cfg.MaxSendBytes),
+		bind(&cli.IntFlag{Name: "max-recv-bytes", Usage: "largest message received from an endpoint"}, &cfg.MaxRecvBytes),
+		bind(&cli.DurationFlag{Name: "grpc-keepalive-min-time", Usage: "least time a client should wait between keepalive pings"}, &cfg.GRPCKeepaliveMinTime),
+		bind(&cli.DurationFlag{Name: "grpc-keepalive-interval", Usage: "how long a quiet client connection waits before the proxy pings it (0: never)"}, &cfg.GRPCKeepaliveInterval),
+		bind(&cli.DurationFlag{Name: "grpc-keepalive-timeout", Usage: "how long the proxy waits for the answer to its ping before closing the connection"}, &cfg.GRPCKeepaliveTimeout),
 		&cli.Uint64Flag{Name: "max-concurrent-streams", Value: math.MaxUint32, Usage: "most concurrent gRPC streams on one client connection"},
-		&cli.BoolFlag{Name: "enable-pprof", Usage: "serve /debug/pprof"},
-		&cli.StringFlag{Name: "data-dir", Value: "default.proxy", Usage: "where --auto-tls keeps its certificate"},
+		bind(&cli.BoolFlag{Name: "enable-pprof", Usage: "serve /debug/pprof"}, &cfg.EnablePprof),
+		bind(&cli.StringFlag{Name: "data-dir", Usage: "where --auto-tls keeps its certificate"}, &t.Dir),
 		&cli.BoolFlag{Name: "debug", Usage: "log at debug level"},
 
-		&cli.StringFlag{Name: "cert", Usage: "client certificate towards TLS endpoints; its Common Name must be empty"},
-		&cli.StringFlag{Name: "key", Usage: "key of --cert"},
-		&cli.StringFlag{Name: "cacert", Usage: "CA bundle that verifies the endpoints' certificates"},
-		&cli.BoolFlag{Name: "insecure-skip-tls-verify", Usage: "do not verify the endpoints' certificates (tests only)"},
+		bind(&cli.StringFlag{Name: "cert", Usage: "client certificate towards TLS endpoints; its Common Name must be empty"}, &cfg.Upstream.CertFile),
+		bind(&cli.StringFlag{Name: "key", Usage: "key of --cert"}, &cfg.Upstream.KeyFile),
+		bind(&cli.StringFlag{Name: "cacert", Usage: "CA bundle that verifies the endpoints' certificates"}, &cfg.Upstream.CAFile),
+		bind(&cli.BoolFlag{Name: "insecure-skip-tls-verify", Usage: "do not verify the endpoints' certificates (tests only)"}, &cfg.Upstream.InsecureSkipVerify),
 
-		&cli.StringFlag{Name: "cert-file", Usage: "certificate the proxy serves TLS with"},
-		&cli.StringFlag{Name: "key-file", Usage: "key of --cert-file"},
-		&cli.StringFlag{Name: "trusted-ca-file", Usage: "CA bundle client certificates must chain to; when set, clients must present one"},
-		&cli.StringFlag{Name: "client-crl-file", Usage: "certificate revocation list (PEM or DER): clients whose certificate it lists are refused (needs --trusted-ca-file)"},
+		bind(&cli.StringFlag{Name: "cert-file", Usage: "certificate the proxy serves TLS with"}, &t.CertFile),
+		bind(&cli.StringFlag{Name: "key-file", Usage: "key of --cert-file"}, &t.KeyFile),
+		bind(&cli.StringFlag{Name: "trusted-ca-file", Usage: "CA bundle client certificates must chain to; when set, clients must present one"}, &t.TrustedCAFile),
+		bind(&cli.StringFlag{Name: "client-crl-file", Usage: "certificate revocation list (PEM or DER): clients whose certificate it lists are refused (needs --trusted-ca-file)"}, &t.CRLFile),
 		&cli.StringFlag{Name: "listen-cipher-suites", Usage: "comma-separated TLS 1.2 cipher suites offered to clients (default: Go's)"},
 		&cli.StringFlag{Name: "tls-min-version", Value: "TLS1.2", Usage: "lowest TLS version accepted from clients: TLS1.2 or TLS1.3"},
 		&cli.StringFlag{Name: "tls-max-version", Usage: "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (default: Go's highest)"},
-		&cli.BoolFlag{Name: "auto-tls", Usage: "serve TLS with a self-signed certificate in --data-dir when no --cert-file is given"},
-		&cli.UintFlag{Name: "self-signed-cert-validity", Value: 1, Usage: "years the --auto-tls certificate is valid"},
+		bind(&cli.BoolFlag{Name: "auto-tls", Usage: "serve TLS with a self-signed certificate in --data-dir when no --cert-file is given"}, &t.AutoTLS),
+		bind(&cli.UintFlag{Name: "self-signed-cert-validity", Usage: "years the --auto-tls certificate is valid"}, &t.Validity),
 	}
 	// etcd's proxy flags sett's does not implement: each is refused when
 	// set (grpcProxyRefusals), never accepted and ignored.
-	for _, r := range grpcProxyUnsupported {
-		if r.bool {
-			flags = append(flags, &cli.BoolFlag{Name: r.flag, Usage: "refused when set: " + r.why})
+	for _, r := range proxy.Unsupported {
+		if r.Bool {
+			flags = append(flags, &cli.BoolFlag{Name: r.Flag, Usage: "refused when set: " + r.Why})
 		} else {
-			flags = append(flags, &cli.StringFlag{Name: r.flag, Usage: "refused when set: " + r.why})
+			flags = append(flags, &cli.StringFlag{Name: r.Flag, Usage: "refused when set: " + r.Why})
 		}
 	}
 	for _, f := range flags {
-		switch f := f.(type) {
-		case *cli.StringFlag:
-			f.EnvVars = grpcProxyEnv(f.Name)
-		case *cli.BoolFlag:
-			f.EnvVars = grpcProxyEnv(f.Name)
-		case *cli.IntFlag:
-			f.EnvVars = grpcProxyEnv(f.Name)
-		case *cli.UintFlag:
-			f.EnvVars = grpcProxyEnv(f.Name)
-		case *cli.Uint64Flag:
-			f.EnvVars = grpcProxyEnv(f.Name)
-		case *cli.DurationFlag:
-			f.EnvVars = grpcProxyEnv(f.Name)
-		}
+		setFlagField(f, "EnvVars", grpcProxyEnv(f.Names()[0]))
 	}
 	return flags
 }
 
-// grpcProxyUnsupported are etcd's proxy flags whose work sett's proxy
-// does not do, and why. Most change what is forwarded, which a proxy
-// that passes calls through undecoded cannot.
-var grpcProxyUnsupported = []struct {
-	flag, why string
-	bool      bool
-}{
-	{"discovery-srv", "sett's proxy finds no endpoints in DNS SRV records; list them in --endpoints", false},
-	{"discovery-srv-name", "sett's proxy finds no endpoints in DNS SRV records; list them in --endpoints", false},
-	{"insecure-discovery", "sett's proxy finds no endpoints in DNS SRV records; list them in --endpoints", true},
-	{"resolver-prefix", "sett's proxy does not register itself in the cluster for clients to find", false},
-	{"resolver-ttl", "sett's proxy does not register itself in the cluster for clients to find", false},
-	{"namespace", "sett's proxy forwards calls undecoded, so it cannot prefix their keys", false},
-	{"experimental-leasing-prefix", "sett's proxy forwards calls undecoded and caches nothing", false},
-	{"experimental-serializable-ordering", "sett's proxy forwards calls undecoded and does not reorder reads", true},
-	{"experimental-enable-grpc-logging", "sett's proxy forwards calls undecoded and cannot log their contents", true},
-}
-
 func grpcProxyRefusals(c *cli.Context) error {
-	for _, r := range grpcProxyUnsupported {
-		if c.IsSet(r.flag) {
-			return fmt.Errorf("grpc-proxy: --%s is refused: %s", r.flag, r.why)
+	for _, r := range proxy.Unsupported {
+		if c.IsSet(r.Flag) {
+			return fmt.Errorf("grpc-proxy: --%s is refused: %s", r.Flag, r.Why)
 		}
-	}
-	if c.String("client-crl-file") != "" && c.String("trusted-ca-file") == "" {
-		return fmt.Errorf("grpc-proxy: --client-crl-file needs --trusted-ca-file: without it clients present no certificate, so none could be checked")
-	}
-	if c.Bool("auto-tls") && c.Uint("self-signed-cert-validity") == 0 {
-		return fmt.Errorf("grpc-proxy: --self-signed-cert-validity must be at least 1 with --auto-tls")
 	}
 	if n := c.Uint64("max-concurrent-streams"); n == 0 || n > math.MaxUint32 {
 		return fmt.Errorf("grpc-proxy: --max-concurrent-streams %d: want 1 to %d", n, uint64(math.MaxUint32))
@@ -137,53 +101,7 @@ func grpcProxyRefusals(c *cli.Context) error {
 	return nil
 }
 
-// grpcProxyTLS is the TLS the proxy serves its clients, as etcd's proxy
-// reads its flags: a --trusted-ca-file requires client certificates.
-func grpcProxyTLS(c *cli.Context) (files server.TLSFiles, selfSigned bool, err error) {
-	files = server.TLSFiles{
-		CertFile:      c.String("cert-file"),
-		KeyFile:       c.String("key-file"),
-		TrustedCAFile: c.String("trusted-ca-file"),
-		CRLFile:       c.String("client-crl-file"),
-	}
-	files.ClientCertAuth = files.TrustedCAFile != ""
-	if files.Empty() && c.Bool("auto-tls") {
-		host, _, _ := strings.Cut(c.String("listen-addr"), ":")
-		auto, err := server.SelfSigned(filepath.Join(c.String("data-dir"), "fixtures", "proxy"), []string{host}, int(c.Uint("self-signed-cert-validity")))
-		if err != nil {
-			return files, false, fmt.Errorf("grpc-proxy: --auto-tls: %w", err)
-		}
-		files.CertFile, files.KeyFile, selfSigned = auto.CertFile, auto.KeyFile, true
-	}
-	if files.Empty() {
-		for _, f := range []string{"trusted-ca-file", "client-crl-file", "listen-cipher-suites"} {
-			if c.String(f) != "" {
-				return files, false, fmt.Errorf("grpc-proxy: --%s needs --cert-file and --key-file (or --auto-tls): the proxy serves plain connections without them", f)
-			}
-		}
-		for _, f := range []string{"tls-min-version", "tls-max-version"} {
-			if c.IsSet(f) {
-				return files, false, fmt.Errorf("grpc-proxy: --%s needs --cert-file and --key-file (or --auto-tls): the proxy serves plain connections without them", f)
-			}
-		}
-		return files, false, nil
-	}
-	if files.CipherSuites, err = server.ParseCipherSuites(splitURLs(c.String("listen-cipher-suites"))); err != nil {
-		return files, false, fmt.Errorf("grpc-proxy: --listen-cipher-suites: %w", err)
-	}
-	if files.MinVersion, err = server.ParseTLSVersion(c.String("tls-min-version")); err != nil {
-		return files, false, fmt.Errorf("grpc-proxy: --tls-min-version: %w", err)
-	}
-	if files.MaxVersion, err = server.ParseTLSVersion(c.String("tls-max-version")); err != nil {
-		return files, false, fmt.Errorf("grpc-proxy: --tls-max-version: %w", err)
-	}
-	if err := files.Validate(); err != nil {
-		return files, false, fmt.Errorf("grpc-proxy: %w", err)
-	}
-	return files, selfSigned, nil
-}
-
-func runGRPCProxy(c *cli.Context) error {
+func runGRPCProxy(c *cli.Context, cfg *proxy.Config, t *proxy.ServerTLS) error {
 	if err := grpcProxyRefusals(c); err != nil {
 		return err
 	}
@@ -191,38 +109,28 @@ func runGRPCProxy(c *cli.Context) error {
 	if c.Bool("debug") {
 		level = "debug"
 	}
-	log, err := newLogger(logOptions{level: level, format: "auto", outputs: "default", asEtcd: runsAsEtcd(os.Args[0])})
+	format := "auto"
+	if runsAsEtcd(os.Args[0]) {
+		format = "json"
+	}
+	log, _, err := embed.NewLogger(level, format, "default")
 	if err != nil {
 		return err
 	}
-	files, selfSigned, err := grpcProxyTLS(c)
-	if err != nil {
+	t.CipherSuites = splitList(c.String("listen-cipher-suites"))
+	if c.IsSet("tls-min-version") {
+		t.MinVersion = c.String("tls-min-version")
+	}
+	if c.IsSet("tls-max-version") {
+		t.MaxVersion = c.String("tls-max-version")
+	}
+	if cfg.TLS, cfg.SelfSignedTLS, err = t.Files(cfg.ListenAddr); err != nil {
 		return err
 	}
-	p, err := proxy.Listen(proxy.Config{
-		Endpoints:            splitURLs(c.String("endpoints")),
-		AutoSyncInterval:     c.Duration("endpoints-auto-sync-interval"),
-		DialKeepAliveTime:    c.Duration("dial-keepalive-time"),
-		DialKeepAliveTimeout: c.Duration("dial-keepalive-timeout"),
-		PermitWithoutStream:  c.Bool("permit-without-stream"),
-		MaxSendBytes:         c.Int("max-send-bytes"),
-		MaxRecvBytes:         c.Int("max-recv-bytes"),
-		Upstream: proxy.UpstreamTLS{
-			CertFile: c.String("cert"), KeyFile: c.String("key"), CAFile: c.String("cacert"),
-			InsecureSkipVerify: c.Bool("insecure-skip-tls-verify"),
-		},
-		ListenAddr:            c.String("listen-addr"),
-		MetricsURL:            c.String("metrics-addr"),
-		AdvertiseClientURL:    c.String("advertise-client-url"),
-		TLS:                   files,
-		SelfSignedTLS:         selfSigned,
-		MaxConcurrentStreams:  uint32(c.Uint64("max-concurrent-streams")),
-		GRPCKeepaliveMinTime:  c.Duration("grpc-keepalive-min-time"),
-		GRPCKeepaliveInterval: c.Duration("grpc-keepalive-interval"),
-		GRPCKeepaliveTimeout:  c.Duration("grpc-keepalive-timeout"),
-		EnablePprof:           c.Bool("enable-pprof"),
-		Logger:                log,
-	})
+	cfg.Endpoints = splitList(c.String("endpoints"))
+	cfg.MaxConcurrentStreams = uint32(c.Uint64("max-concurrent-streams"))
+	cfg.Logger = log
+	p, err := proxy.Listen(*cfg)
 	if err != nil {
 		return err
 	}

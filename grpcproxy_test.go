@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/settdb/sett/proxy"
 	"github.com/urfave/cli/v2"
 )
 
@@ -28,7 +29,8 @@ var etcdProxyFlags = []string{
 // not.
 func TestGRPCProxyFlags(t *testing.T) {
 	env := map[string][]string{}
-	for _, f := range grpcProxyFlags() {
+	cfg, serverTLS := proxy.NewConfig(), proxy.ServerTLS{}
+	for _, f := range grpcProxyFlags(&cfg, &serverTLS) {
 		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
 			env[f.Names()[0]] = ev.GetEnvVars()
 		}
@@ -47,12 +49,12 @@ func TestGRPCProxyFlags(t *testing.T) {
 	if err := check(); err != nil {
 		t.Fatalf("no flags: %v", err)
 	}
-	for _, r := range grpcProxyUnsupported {
-		arg := "--" + r.flag + "=x"
-		if r.bool {
-			arg = "--" + r.flag
+	for _, r := range proxy.Unsupported {
+		arg := "--" + r.Flag + "=x"
+		if r.Bool {
+			arg = "--" + r.Flag
 		}
-		if err := check(arg); err == nil || !strings.Contains(err.Error(), "--"+r.flag+" is refused: ") {
+		if err := check(arg); err == nil || !strings.Contains(err.Error(), "--"+r.Flag+" is refused: ") {
 			t.Errorf("%s: %v, want it refused with the reason", arg, err)
 		}
 	}

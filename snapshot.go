@@ -2,13 +2,12 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,12 +15,11 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
-	"go.uber.org/zap"
-	"google.golang.org/grpc/metadata"
 
+	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/internal/progress"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
 	"github.com/settdb/sett/snapshot/etcdsnap"
@@ -143,39 +141,19 @@ func snapshotSave(c *cli.Context) error {
 		return err
 	}
 	cfg.Username, cfg.Password, _ = strings.Cut(c.String("user"), ":")
-	format := c.String("format")
-	if format != "sett" && format != "etcd" {
-		return fmt.Errorf("--format %q: want sett or etcd", format)
-	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	// sett streams either format, etcd's unless asked; etcd streams its
-	// own whatever is asked.
-	ctx = metadata.AppendToOutgoingContext(ctx, snapshot.FormatHeader, format)
-	fetched := path
-	if format == "etcd" {
-		// What came is converted if it is sett's (from a sett before
-		// this one), and kept as it is if it is etcd's already.
-		fetched = path + ".stream"
-		defer os.Remove(fetched)
-	}
-	// etcd's own client code: it writes FILE.part, requires the trailing
-	// SHA-256, syncs and renames.
-	version, err := clientsnapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, fetched)
+	saved, err := snapshot.Save(ctx, cfg, path, c.String("format"), openBadger, startProgress(slog.Default()))
 	if err != nil {
 		return err
 	}
-	if format == "etcd" {
-		info, err := snapshot.ToEtcd(fetched, path, openBadger, startProgress(slog.Default()))
-		if err != nil {
-			return err
-		}
+	if c.String("format") == "etcd" {
 		fmt.Printf("Converted to etcd's format: revision %d, compact revision %d, %d revisions, %d leases\n",
-			info.Revision, info.CompactRevision, info.Revisions, info.Leases)
+			saved.Revision, saved.CompactRevision, saved.Revisions, saved.Leases)
 	}
 	fmt.Printf("Snapshot saved at %s\n", path)
-	if version != "" {
-		fmt.Printf("Server version %s\n", version)
+	if saved.Version != "" {
+		fmt.Printf("Server version %s\n", saved.Version)
 	}
 	return nil
 }
@@ -185,7 +163,7 @@ func snapshotRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(logOptions{level: "info", format: "auto"})
+	log, _, err := embed.NewLogger("info", "auto", "default")
 	if err != nil {
 		return err
 	}
@@ -196,33 +174,24 @@ func snapshotRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	bucket, err := openS3(c)
-	if err != nil {
-		return err
-	}
-	if bucket != nil {
-		// Downloaded beside the data dir (a snapshot is as big as the
-		// data), verified, and only then restored.
-		name := path
-		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-			return err
-		}
-		path = filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+"-"+filepath.Base(name))
-		ctx, cancel := commandContext(c)
-		defer cancel()
-		log.Info("downloading snapshot", "name", name, "bucket", bucket.String(), "to", path)
-		if err := bucket.Download(ctx, name, path); err != nil {
-			return err
-		}
-		defer os.Remove(path)
-	}
-	_, err = snapshot.Restore(path, dir, snapshot.RestoreOptions{
+	opts := snapshot.RestoreOptions{
 		Open:          openBadger,
 		SkipHashCheck: c.Bool("skip-hash-check"),
 		CheckEtcd:     checkEtcdFile,
 		Progress:      startProgress(log),
 		Log:           log,
-	})
+	}
+	bucket, err := openS3(c)
+	if err != nil {
+		return err
+	}
+	if bucket != nil {
+		ctx, cancel := commandContext(c)
+		defer cancel()
+		_, err = snapshot.RestoreFromBucket(ctx, bucket, path, dir, opts)
+		return err
+	}
+	_, err = snapshot.Restore(path, dir, opts)
 	return err
 }
 
@@ -239,7 +208,7 @@ func openBadger(dir string) (engine.Engine, func() error, error) {
 // startProgress reports a long step's progress to a person or a log.
 func startProgress(log *slog.Logger) snapshot.ProgressFunc {
 	return func(what, unit string, total int64) snapshot.Progress {
-		return newProgress(log, what, unit, total)
+		return progress.New(log, what, unit, total)
 	}
 }
 
@@ -253,9 +222,7 @@ func checkEtcdFile(path string) error {
 	return snapshot.CheckEtcdFile(exe, []string{"snapshot", "check-etcd"}, path)
 }
 
-// snapshotStatus prints what etcdutl's snapshot status prints: the hash
-// of every entry (the Hash RPC's number for the same state), the
-// revision, the entries, the backup's size and the storage version.
+// snapshotStatus prints what etcdutl's snapshot status prints.
 func snapshotStatus(c *cli.Context) error {
 	path, err := oneArg(c, "status")
 	if err != nil {
@@ -269,91 +236,22 @@ func snapshotStatus(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	version := info.Version
-	if version == "" {
-		version = server.StorageVersion
+	if info.Version == "" {
+		info.Version = server.StorageVersion
 	}
-	row := []string{
-		fmt.Sprintf("%x", info.Hash),
-		fmt.Sprint(info.Revision),
-		fmt.Sprint(info.Entries),
-		humanBytes(uint64(info.Size)),
-		version,
-	}
-	switch format {
-	case "simple":
-		fmt.Println(strings.Join(row, ", "))
-	case "table":
-		printTable(os.Stdout, []string{"hash", "revision", "total keys", "total size", "version"}, row)
-	case "json":
-		b, _ := json.Marshal(struct {
-			Hash      uint32 `json:"hash"`
-			Revision  int64  `json:"revision"`
-			TotalKey  int64  `json:"totalKey"`
-			TotalSize int64  `json:"totalSize"`
-			Version   string `json:"version"`
-		}{info.Hash, info.Revision, info.Entries, info.Size, version})
-		fmt.Println(string(b))
-	}
-	return nil
-}
-
-// printTable prints one row under a header as etcdutl's table does:
-// headers upper case and centred, cells right-aligned.
-func printTable(w io.Writer, header, row []string) {
-	widths := make([]int, len(header))
-	for i := range header {
-		widths[i] = max(len(header[i]), len(row[i]))
-	}
-	rule := "+"
-	for _, n := range widths {
-		rule += strings.Repeat("-", n+2) + "+"
-	}
-	line := func(cells []string, align func(string, int) string) string {
-		s := "|"
-		for i, c := range cells {
-			s += " " + align(c, widths[i]) + " |"
-		}
-		return s
-	}
-	centre := func(s string, n int) string {
-		s = strings.ToUpper(s)
-		left := (n - len(s)) / 2
-		return strings.Repeat(" ", left) + s + strings.Repeat(" ", n-len(s)-left)
-	}
-	right := func(s string, n int) string { return strings.Repeat(" ", n-len(s)) + s }
-	fmt.Fprintln(w, rule)
-	fmt.Fprintln(w, line(header, centre))
-	fmt.Fprintln(w, rule)
-	fmt.Fprintln(w, line(row, right))
-	fmt.Fprintln(w, rule)
-}
-
-// humanBytes formats n as go-humanize's Bytes does (SI units), which
-// etcdutl uses for the total size.
-func humanBytes(n uint64) string {
-	if n < 10 {
-		return fmt.Sprintf("%d B", n)
-	}
-	units := []string{"B", "kB", "MB", "GB", "TB", "PB", "EB"}
-	e := math.Floor(math.Log(float64(n)) / math.Log(1000))
-	v := math.Floor(float64(n)/math.Pow(1000, e)*10+0.5) / 10
-	if v < 10 {
-		return fmt.Sprintf("%.1f %s", v, units[int(e)])
-	}
-	return fmt.Sprintf("%.0f %s", v, units[int(e)])
+	return info.Write(os.Stdout, format)
 }
 
 // snapshotFlags are serve's flags for scheduled snapshots. The defaults
 // keep them off: a sett started by kind or a test should not fill a disk.
-func snapshotFlags() []cli.Flag {
+func snapshotFlags(cfg *embed.Config) []cli.Flag {
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "snapshot-schedule-cron", Usage: "take a snapshot on this cron schedule (5 fields or @every 6h, as k3s's \"0 */12 * * *\"); empty: never"},
-		&cli.StringFlag{Name: "snapshot-dir", Usage: "where scheduled snapshots go (default: <data-dir>-snapshots)"},
-		&cli.IntFlag{Name: "snapshot-retention", Value: 5, Usage: "scheduled snapshots to keep; older ones are deleted (0: keep all)"},
-		&cli.BoolFlag{Name: "snapshot-compress", Usage: "compress scheduled snapshots with zstd (restore and status read them as they are)"},
-		&cli.StringFlag{Name: "snapshot-name", Value: "sett-snapshot", Usage: "file name prefix of scheduled snapshots"},
-		&cli.StringFlag{Name: "snapshot-format", Value: "sett", Usage: "sett, or etcd (a bbolt file etcdutl snapshot restore accepts)"},
+		bind(&cli.StringFlag{Name: "snapshot-schedule-cron", Usage: "take a snapshot on this cron schedule (5 fields or @every 6h, as k3s's \"0 */12 * * *\"); empty: never"}, &cfg.SnapshotScheduleCron),
+		bind(&cli.StringFlag{Name: "snapshot-dir", Usage: "where scheduled snapshots go (default: <data-dir>-snapshots)"}, &cfg.SnapshotDir),
+		bind(&cli.IntFlag{Name: "snapshot-retention", Usage: "scheduled snapshots to keep; older ones are deleted (0: keep all)"}, &cfg.SnapshotRetention),
+		bind(&cli.BoolFlag{Name: "snapshot-compress", Usage: "compress scheduled snapshots with zstd (restore and status read them as they are)"}, &cfg.SnapshotCompress),
+		bind(&cli.StringFlag{Name: "snapshot-name", Usage: "file name prefix of scheduled snapshots"}, &cfg.SnapshotName),
+		bind(&cli.StringFlag{Name: "snapshot-format", Usage: "sett, or etcd (a bbolt file etcdutl snapshot restore accepts)"}, &cfg.SnapshotFormat),
 	}, s3Flags(false)...)
 }
 
@@ -379,16 +277,7 @@ func s3Flags(commands bool) []cli.Flag {
 		if commands {
 			aliases = append(aliases, name)
 		}
-		switch f := f.(type) {
-		case *cli.StringFlag:
-			f.Aliases = aliases
-		case *cli.BoolFlag:
-			f.Aliases = aliases
-		case *cli.IntFlag:
-			f.Aliases = aliases
-		case *cli.DurationFlag:
-			f.Aliases = aliases
-		}
+		setFlagField(f, "Aliases", aliases)
 		return f
 	}
 	return []cli.Flag{
@@ -409,10 +298,10 @@ func s3Flags(commands bool) []cli.Flag {
 	}
 }
 
-// openS3 opens the bucket the --snapshot-s3* flags name, or returns nil
-// without --snapshot-s3 (refusing other S3 flags given without it, so
-// none is silently unused).
-func openS3(c *cli.Context) (*snapshot.Bucket, error) {
+// s3Config reads the bucket the --snapshot-s3* flags name, or returns
+// nil without --snapshot-s3 (refusing other S3 flags given without it,
+// so none is silently unused).
+func s3Config(c *cli.Context) (*snapshot.S3, error) {
 	if !c.Bool("snapshot-s3") {
 		for _, f := range s3Flags(false)[1:] {
 			if name := f.Names()[0]; c.IsSet(name) {
@@ -421,9 +310,7 @@ func openS3(c *cli.Context) (*snapshot.Bucket, error) {
 		}
 		return nil, nil
 	}
-	ctx, cancel := commandContext(c)
-	defer cancel()
-	return snapshot.OpenBucket(ctx, snapshot.S3{
+	return &snapshot.S3{
 		Endpoint:     c.String("snapshot-s3-endpoint"),
 		Bucket:       c.String("snapshot-s3-bucket"),
 		Folder:       c.String("snapshot-s3-folder"),
@@ -437,7 +324,19 @@ func openS3(c *cli.Context) (*snapshot.Bucket, error) {
 		BucketLookup: c.String("snapshot-s3-bucket-lookup-type"),
 		Timeout:      c.Duration("snapshot-s3-timeout"),
 		Retention:    c.Int("snapshot-s3-retention"),
-	})
+	}, nil
+}
+
+// openS3 opens the bucket the --snapshot-s3* flags name, or returns nil
+// without --snapshot-s3.
+func openS3(c *cli.Context) (*snapshot.Bucket, error) {
+	cfg, err := s3Config(c)
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	return snapshot.OpenBucket(ctx, *cfg)
 }
 
 // withEnv gives each flag its SETT_ and ETCD_ environment variables.
@@ -448,33 +347,15 @@ func withEnv(flags ...cli.Flag) []cli.Flag {
 	return flags
 }
 
-// snapshotDir is --snapshot-dir, or its default beside the data dir
-// (not inside it: the data dir is Badger's alone).
-func snapshotDir(c *cli.Context, dataDir string) string {
-	if d := c.String("snapshot-dir"); d != "" {
-		return d
-	}
-	return dataDir + "-snapshots"
-}
-
 // snapshotLs prints the snapshots in a snapshot directory or a bucket.
 func snapshotLs(c *cli.Context) error {
-	bucket, err := openS3(c)
+	store, err := openSnapshots(c, "ls")
 	if err != nil {
 		return err
 	}
-	var list []snapshot.Entry
-	if bucket != nil {
-		ctx, cancel := commandContext(c)
-		defer cancel()
-		list, err = bucket.List(ctx, c.String("snapshot-name"))
-	} else {
-		dir := c.String("snapshot-dir")
-		if dir == "" {
-			return errors.New("snapshot ls needs --snapshot-dir, or --snapshot-s3 and a bucket")
-		}
-		list, err = snapshot.List(dir, c.String("snapshot-name"))
-	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	list, err := store.List(ctx, c.String("snapshot-name"))
 	if err != nil {
 		return err
 	}
@@ -492,26 +373,34 @@ func snapshotPrune(c *cli.Context) error {
 	if c.Int("snapshot-retention") <= 0 {
 		return errors.New("snapshot prune needs --snapshot-retention of at least 1")
 	}
-	bucket, err := openS3(c)
+	store, err := openSnapshots(c, "prune")
 	if err != nil {
 		return err
 	}
-	if bucket != nil {
-		ctx, cancel := commandContext(c)
-		defer cancel()
-		gone, err := bucket.Prune(ctx, c.String("snapshot-name"), c.Int("snapshot-retention"))
-		for _, n := range gone {
-			fmt.Printf("Removed %s/%s\n", strings.TrimSuffix(bucket.String(), "/"), n)
-		}
-		return err
-	}
-	dir := c.String("snapshot-dir")
-	if dir == "" {
-		return errors.New("snapshot prune needs --snapshot-dir, or --snapshot-s3 and a bucket")
-	}
-	gone, err := snapshot.Prune(dir, c.String("snapshot-name"), c.Int("snapshot-retention"))
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	gone, err := store.Prune(ctx, c.String("snapshot-name"), c.Int("snapshot-retention"))
 	for _, n := range gone {
-		fmt.Printf("Removed %s\n", filepath.Join(dir, n))
+		fmt.Printf("Removed %s\n", store.Path(n))
 	}
 	return err
+}
+
+// snapshots is where ls and prune work: a bucket or a directory.
+type snapshots interface {
+	List(ctx context.Context, prefix string) ([]snapshot.Entry, error)
+	Prune(ctx context.Context, prefix string, keep int) ([]string, error)
+	Path(name string) string
+}
+
+// openSnapshots opens the bucket --snapshot-s3 names, or else
+// --snapshot-dir, for the snapshot command cmd.
+func openSnapshots(c *cli.Context, cmd string) (snapshots, error) {
+	if bucket, err := openS3(c); err != nil || bucket != nil {
+		return bucket, err
+	}
+	if dir := c.String("snapshot-dir"); dir != "" {
+		return snapshot.Dir(dir), nil
+	}
+	return nil, fmt.Errorf("snapshot %s needs --snapshot-dir, or --snapshot-s3 and a bucket", cmd)
 }

@@ -88,6 +88,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// NewConfig returns the defaults of etcd's grpc-proxy start.
+func NewConfig() Config {
+	return Config{
+		ListenAddr:            "127.0.0.1:23790",
+		DialKeepAliveTimeout:  20 * time.Second,
+		MaxSendBytes:          1536 * 1024,
+		MaxRecvBytes:          math.MaxInt32,
+		MaxConcurrentStreams:  math.MaxUint32,
+		GRPCKeepaliveMinTime:  5 * time.Second,
+		GRPCKeepaliveInterval: 2 * time.Hour,
+		GRPCKeepaliveTimeout:  20 * time.Second,
+	}
+}
+
 // UpstreamTLS is the TLS the proxy uses as a client of the endpoints.
 type UpstreamTLS struct {
 	CertFile, KeyFile, CAFile string

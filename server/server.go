@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -580,6 +581,28 @@ func (s *Server) Addrs() []net.Addr {
 	return out
 }
 
+// ClientURLs returns the client URLs being listened on, in the order of
+// --listen-client-urls, each port of 0 replaced by the port bound.
+func (s *Server) ClientURLs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, ep := range s.endpoints {
+		if !ep.grpc {
+			continue
+		}
+		tcp, _ := ep.l.Addr().(*net.TCPAddr)
+		for _, raw := range ep.urls {
+			if u, err := url.Parse(raw); err == nil && tcp != nil && u.Port() == "0" {
+				u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(tcp.Port))
+				raw = u.String()
+			}
+			out = append(out, raw)
+		}
+	}
+	return out
+}
+
 // Serve serves on the opened listeners until ctx ends, then stops
 // gracefully: in-flight requests finish, watch and keep-alive streams end,
 // and lease expiry stops.
@@ -673,6 +696,17 @@ func (s *Server) followAuth(ctx context.Context) {
 		if err := s.auth.Reload(); err != nil {
 			s.log.Warn("cannot read the auth state", "error", err)
 		}
+	}
+}
+
+// Release frees what New and Listen set up, for a server that will not
+// Serve (its start failed after New). Serve frees them itself.
+func (s *Server) Release() {
+	s.recipes.Close()
+	s.closeListeners()
+	s.loop.close()
+	if s.fwd != nil {
+		s.fwd.close()
 	}
 }
 

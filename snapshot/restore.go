@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -99,6 +100,24 @@ func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
 	log.Info("restored snapshot", "path", path, "data_dir", dir, "revision", info.Revision,
 		"compact_revision", info.CompactRevision, "total_keys", info.Entries)
 	return info, nil
+}
+
+// RestoreFromBucket restores the snapshot called name in bucket into
+// dir, as Restore does. It is downloaded beside dir (a snapshot is as big
+// as the data), verified, restored, and removed.
+func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	path := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+"-"+filepath.Base(name))
+	if opts.Log != nil {
+		opts.Log.Info("downloading snapshot", "name", name, "bucket", bucket.String(), "to", path)
+	}
+	if err := bucket.Download(ctx, name, path); err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	defer os.Remove(path)
+	return Restore(path, dir, opts)
 }
 
 // restoreSett restores the sett backup r into a new store in dir.

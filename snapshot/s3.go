@@ -227,6 +227,9 @@ func (b *Bucket) String() string {
 	return "s3://" + b.cfg.Bucket + "/" + b.cfg.Folder
 }
 
+// Path is where the snapshot called name is, as a URL.
+func (b *Bucket) Path(name string) string { return strings.TrimSuffix(b.String(), "/") + "/" + name }
+
 func (b *Bucket) key(name string) string {
 	if b.cfg.Folder == "" {
 		return name

@@ -279,3 +279,17 @@ func Prune(dir, prefix string, keep int) ([]string, error) {
 	}
 	return gone, nil
 }
+
+// Dir is a snapshot directory, with the methods a Bucket has.
+type Dir string
+
+// List is List(d, prefix).
+func (d Dir) List(_ context.Context, prefix string) ([]Entry, error) { return List(string(d), prefix) }
+
+// Prune is Prune(d, prefix, keep).
+func (d Dir) Prune(_ context.Context, prefix string, keep int) ([]string, error) {
+	return Prune(string(d), prefix, keep)
+}
+
+// Path is where the snapshot called name is.
+func (d Dir) Path(name string) string { return filepath.Join(string(d), name) }

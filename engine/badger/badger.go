@@ -606,3 +606,21 @@ func (l logger) Warningf(f string, a ...any) {
 
 func (l logger) Infof(string, ...any)  {}
 func (l logger) Debugf(string, ...any) {}
+
+// Defrag runs GC on the stopped store in dir, through run (which may
+// report its progress), and returns the store's size before and after.
+// Opening takes the directory's lock, so a running sett is refused
+// rather than defragmented under its feet.
+func Defrag(dir string, log *slog.Logger, run func(gc func() error) error) (before, after int64, err error) {
+	if _, err := os.Stat(dir); err != nil {
+		return 0, 0, err
+	}
+	db, err := Open(Options{Dir: dir, Logger: log})
+	if err != nil {
+		return 0, 0, fmt.Errorf("open %s: %w", dir, err)
+	}
+	before = db.Size()
+	err = run(db.GC)
+	after = db.Size()
+	return before, after, errors.Join(err, db.Close())
+}

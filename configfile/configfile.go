@@ -1,4 +1,7 @@
-package main
+// Package configfile reads etcd's YAML configuration file
+// (--config-file) into the command-line arguments it stands for, so that
+// one flag parser reads both.
+package configfile
 
 import (
 	"fmt"
@@ -8,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,18 +35,26 @@ var (
 	socketKeys = map[string]string{"reuse-port": "socket-reuse-port", "reuse-address": "socket-reuse-address"}
 )
 
-// configFile is a configuration file read into serve's arguments.
-type configFile struct {
-	args []string
-	// ignored are the keys with no flag behind them in sett (etcd, too,
-	// skips keys it does not know, such as its sample's proxy settings).
-	ignored []string
+// File is a configuration file read into arguments.
+type File struct {
+	// Args are the arguments, --flag=value each.
+	Args []string
+	// Ignored are the keys with no flag behind them (etcd, too, skips
+	// keys it does not know, such as its sample's proxy settings).
+	Ignored []string
 }
 
-// readConfigFile reads an etcd configuration file. known tells the flags
-// serve has and which of them take a duration (in the file, as in
-// etcd's, a bare number of nanoseconds) or a list.
-func readConfigFile(path string, flags []cli.Flag) (*configFile, error) {
+// Flag describes a flag the file's keys may set.
+type Flag struct {
+	// Duration is set for a flag that takes a duration: in the file, as
+	// in etcd's, a bare number is nanoseconds.
+	Duration bool
+}
+
+// Read reads the etcd configuration file at path; flags are the flags
+// its keys may set, by name (aliases included). A key named
+// "config-file" is ignored.
+func Read(path string, flags map[string]Flag) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--config-file: %w", err)
@@ -53,23 +63,17 @@ func readConfigFile(path string, flags []cli.Flag) (*configFile, error) {
 	if err := yaml.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("--config-file %s: %w", path, err)
 	}
-	known := map[string]cli.Flag{}
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			known[n] = f
-		}
-	}
-	cf := &configFile{}
+	cf := &File{}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	add := func(where, flag string, v any) error {
-		f, ok := known[flag]
+		f, ok := flags[flag]
 		if !ok || flag == "config-file" {
 			if v != nil {
-				cf.ignored = append(cf.ignored, where)
+				cf.Ignored = append(cf.Ignored, where)
 			}
 			return nil
 		}
@@ -78,7 +82,7 @@ func readConfigFile(path string, flags []cli.Flag) (*configFile, error) {
 			return fmt.Errorf("--config-file %s: %s: %w", path, where, err)
 		}
 		if set {
-			cf.args = append(cf.args, "--"+flag+"="+s)
+			cf.Args = append(cf.Args, "--"+flag+"="+s)
 		}
 		return nil
 	}
@@ -127,14 +131,14 @@ func readConfigFile(path string, flags []cli.Flag) (*configFile, error) {
 // flagValue renders a value from the file as flag f's argument; set is
 // false for an empty value (a key left blank, as etcd's sample leaves
 // many), which keeps the default.
-func flagValue(f cli.Flag, v any) (s string, set bool, err error) {
+func flagValue(f Flag, v any) (s string, set bool, err error) {
 	switch v := v.(type) {
 	case nil:
 		return "", false, nil
 	case bool:
 		return strconv.FormatBool(v), true, nil
 	case float64:
-		if _, ok := f.(*cli.DurationFlag); ok {
+		if f.Duration {
 			// etcd reads a duration from its file as a count of
 			// nanoseconds.
 			return time.Duration(int64(v)).String(), true, nil

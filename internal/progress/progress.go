@@ -1,4 +1,8 @@
-package main
+// Package progress tells how far a long admin command (a restore, a
+// conversion, an import) has got: a bar on a terminal, where a person
+// waits for it, and a log line every few seconds otherwise, where a log
+// collector would make a mess of a redrawn line.
+package progress
 
 import (
 	"log/slog"
@@ -8,11 +12,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 )
 
-// progress tells how far a long admin command (a restore, a conversion)
-// has got: a bar on a terminal, where a person waits for it, and a log
-// line every few seconds otherwise, where a log collector would make a
-// mess of a redrawn line.
-type progress struct {
+// Bar reports one long step.
+type Bar struct {
 	bar   *progressbar.ProgressBar
 	log   *slog.Logger
 	what  string
@@ -21,10 +22,10 @@ type progress struct {
 	last  time.Time
 }
 
-// newProgress starts reporting on what, counted in unit ("bytes" or a
-// noun); total is -1 when unknown.
-func newProgress(log *slog.Logger, what, unit string, total int64) *progress {
-	p := &progress{log: log, what: what, unit: unit, start: time.Now(), last: time.Now()}
+// New starts reporting on what, counted in unit ("bytes" or a noun);
+// total is -1 when unknown.
+func New(log *slog.Logger, what, unit string, total int64) *Bar {
+	p := &Bar{log: log, what: what, unit: unit, start: time.Now(), last: time.Now()}
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		opts := []progressbar.Option{
 			progressbar.OptionSetWriter(os.Stderr),
@@ -44,7 +45,7 @@ func newProgress(log *slog.Logger, what, unit string, total int64) *progress {
 }
 
 // Set reports that n units are done.
-func (p *progress) Set(n int64) {
+func (p *Bar) Set(n int64) {
 	if p.bar != nil {
 		p.bar.Set64(n)
 		return
@@ -55,9 +56,9 @@ func (p *progress) Set(n int64) {
 	}
 }
 
-// during runs f, which cannot tell how far it has got, and reports the
+// During runs f, which cannot tell how far it has got, and reports the
 // seconds it has been running until it returns.
-func (p *progress) during(f func() error) error {
+func (p *Bar) During(f func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- f() }()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -74,7 +75,7 @@ func (p *progress) during(f func() error) error {
 }
 
 // Finish removes the bar.
-func (p *progress) Finish() {
+func (p *Bar) Finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 	}

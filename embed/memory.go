@@ -1,4 +1,4 @@
-package main
+package embed
 
 import (
 	"bufio"
@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/settdb/sett/engine/badger"
 )
@@ -61,54 +59,20 @@ func newBudget(limit int64) budget {
 	}
 }
 
-// memoryBudget reads --memory-limit, falling back to the cgroup's limit.
-func memoryBudget(c *cli.Context) (budget, error) {
-	if !c.IsSet("memory-limit") {
-		return newBudget(cgroupLimit()), nil
-	}
-	n, err := parseSize(c.String("memory-limit"))
-	if err != nil {
-		return budget{}, fmt.Errorf("--memory-limit: %w", err)
-	}
-	return newBudget(n), nil
-}
+// SoftMemoryLimit is the Go runtime's soft memory limit (debug.SetMemoryLimit)
+// for a process that holds one sett within limit bytes (0: none). The
+// command sets it; a host program that embeds sett and has no limit of
+// its own may do the same.
+func SoftMemoryLimit(limit int64) int64 { return newBudget(limit).goLimit }
 
 func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 
-// parseSize reads a size as people write it: a byte count, or a number
-// with a unit, binary (KiB, MiB, GiB, also Ki, Mi, Gi as Kubernetes
-// writes them) or decimal (KB, MB, GB, also K, M, G).
-func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := s, ""
-	if i >= 0 {
-		num, unit = s[:i], strings.TrimSpace(s[i:])
-	}
-	n, err := strconv.ParseFloat(num, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number of bytes, e.g. 134217728, 128MiB or 1G", s)
-	}
-	mult, ok := map[string]float64{
-		"": 1, "b": 1,
-		"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
-		"ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20,
-		"gi": 1 << 30, "gib": 1 << 30, "ti": 1 << 40, "tib": 1 << 40,
-	}[strings.ToLower(unit)]
-	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q", s, unit)
-	}
-	if n*mult >= math.MaxInt64 {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	return int64(n * mult), nil
-}
-
-// cgroupLimit returns the memory limit of the cgroup sett runs in, v2 or
-// v1, or 0 when there is none (or it cannot be read). Inside a container
+// CgroupMemoryLimit returns the memory limit of the cgroup this process
+// runs in, v2 or v1, or 0 when there is none (or it cannot be read): the
+// command's default for Config.MemoryLimit. Inside a container
 // the cgroup's own path is often not mounted, and the mount's root is the
 // container's cgroup, so the root is the fallback.
-func cgroupLimit() int64 {
+func CgroupMemoryLimit() int64 {
 	v2, v1 := "", ""
 	if f, err := os.Open("/proc/self/cgroup"); err == nil {
 		sc := bufio.NewScanner(f)
@@ -160,4 +124,33 @@ func readLimit(path string) (int64, error) {
 		return 0, nil
 	}
 	return n, nil
+}
+
+// ParseSize reads a size, as --memory-limit takes it as people write it: a byte count, or a number
+// with a unit, binary (KiB, MiB, GiB, also Ki, Mi, Gi as Kubernetes
+// writes them) or decimal (KB, MB, GB, also K, M, G).
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number of bytes, e.g. 134217728, 128MiB or 1G", s)
+	}
+	mult, ok := map[string]float64{
+		"": 1, "b": 1,
+		"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+		"ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20,
+		"gi": 1 << 30, "gib": 1 << 30, "ti": 1 << 40, "tib": 1 << 40,
+	}[strings.ToLower(unit)]
+	if !ok {
+		return 0, fmt.Errorf("size %q: unknown unit %q", s, unit)
+	}
+	if n*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return int64(n * mult), nil
 }

@@ -1,32 +1,10 @@
-package main
+package embed
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 )
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{
-		"134217728": 128 << 20,
-		"128MiB":    128 << 20,
-		"128Mi":     128 << 20,
-		"1G":        1e9,
-		"1.5GiB":    3 << 29,
-		" 64 kb ":   64e3,
-		"0":         0,
-	} {
-		got, err := parseSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "MiB", "-1", "12XB", "1e30GiB"} {
-		if n, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) = %d, want an error", in, n)
-		}
-	}
-}
 
 // TestBudget: a limit is split so that what sett sizes from it stays well
 // inside it, and no limit keeps the small defaults.
@@ -63,5 +41,27 @@ func TestReadLimit(t *testing.T) {
 	}
 	if _, err := readLimit(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file reads as a limit")
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"134217728": 128 << 20,
+		"128MiB":    128 << 20,
+		"128Mi":     128 << 20,
+		"1G":        1e9,
+		"1.5GiB":    3 << 29,
+		" 64 kb ":   64e3,
+		"0":         0,
+	} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "12XB", "1e30GiB"} {
+		if n, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, n)
+		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build tikv
 
-package main
+package embed
 
 import (
 	"errors"

@@ -1,0 +1,263 @@
+package embed
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/snapshot"
+)
+
+// Config is everything a sett server is started with. Each field names
+// the command-line flag that sets it (etcd's where etcd has one) and its
+// default, which NewConfig returns. A zero Config is not valid: start
+// from NewConfig.
+type Config struct {
+	// Name is the member's name; the member and cluster IDs derive from
+	// it (--name, "default").
+	Name string
+	// DataDir is where the store lives; it is created if missing
+	// (--data-dir, "./sett.data").
+	DataDir string
+	// Engine is "badger", or "tikv" in a binary built with -tags tikv
+	// (--engine, "badger").
+	Engine string
+	// TiKVPDEndpoints are the PD servers (host:port) with Engine "tikv",
+	// or one mock://DIR for client-go's in-process mock cluster, for
+	// trials and tests only (--tikv-pd-endpoints).
+	TiKVPDEndpoints []string
+	// ElectionLease is how long an elected leader of a clustered (TiKV)
+	// member set holds leadership without renewing it (--election-lease,
+	// 2s).
+	ElectionLease time.Duration
+
+	// InitialClusterToken, InitialAdvertisePeerURLs and InitialCluster
+	// are what a new single member derives its member and cluster IDs
+	// from, as etcd does (--initial-cluster-token, etcd-cluster;
+	// --initial-advertise-peer-urls, http://localhost:2380;
+	// --initial-cluster, the name at the peer URLs). With TiKV, members
+	// with the same token report the same cluster ID (default "sett").
+	InitialClusterToken      string
+	InitialAdvertisePeerURLs []string
+	InitialCluster           string
+	// StrictReconfigCheck refuses a membership change that would leave
+	// fewer started members than a quorum (--strict-reconfig-check, true).
+	StrictReconfigCheck bool
+
+	// ListenClientURLs serve clients: http(s)://host:port or
+	// unix(s):///path; a port of 0 is bound to a free one, which
+	// Server.ClientURLs reports (--listen-client-urls,
+	// http://127.0.0.1:2379).
+	ListenClientURLs []string
+	// AdvertiseClientURLs are reported to clients
+	// (--advertise-client-urls; default: the listen URLs).
+	AdvertiseClientURLs []string
+	// ListenClientHTTPURLs serve HTTP only (the JSON gateway, health,
+	// metrics); ListenClientURLs then serve gRPC only
+	// (--listen-client-http-urls).
+	ListenClientHTTPURLs []string
+	// ListenMetricsURLs serve only /metrics and the health endpoints
+	// (--listen-metrics-urls).
+	ListenMetricsURLs []string
+	// EnableGRPCGateway serves etcd's JSON gateway (/v3/...) on the
+	// client URLs' HTTP (--enable-grpc-gateway, true).
+	EnableGRPCGateway bool
+	// SocketReusePort and SocketReuseAddress set SO_REUSEPORT and
+	// SO_REUSEADDR on the listeners (--socket-reuse-port,
+	// --socket-reuse-address, false).
+	SocketReusePort, SocketReuseAddress bool
+	// CORS lists the origins browsers may call the HTTP endpoints from,
+	// "*" for any (--cors, *); HostWhitelist the Host headers plain-HTTP
+	// requests may name, "*" for any (--host-whitelist, *).
+	CORS, HostWhitelist []string
+	// EnablePprof serves /debug/pprof on the HTTP endpoints
+	// (--enable-pprof, false).
+	EnablePprof bool
+
+	// ClientTLS is the TLS sett serves clients with, and presents when it
+	// forwards to a leader: --cert-file, --key-file, --trusted-ca-file,
+	// --client-cert-auth, --client-crl-file, --client-cert-allowed-cn,
+	// --client-cert-allowed-hostname, --client-cert-file,
+	// --client-key-file, --cipher-suites, --tls-min-version (TLS 1.2) and
+	// --tls-max-version (Go's highest).
+	ClientTLS server.TLSFiles
+	// AutoTLS serves TLS with a self-signed certificate when no CertFile
+	// is given (--auto-tls, false), valid for SelfSignedCertValidity
+	// years (--self-signed-cert-validity, 1).
+	AutoTLS                bool
+	SelfSignedCertValidity int
+
+	// AuthToken is the token type: "simple", or etcd's
+	// "jwt,pub-key=PATH,priv-key=PATH,sign-method=...,ttl=..."
+	// (--auth-token, simple). AuthTokenTTL is how long an unused simple
+	// token stays valid (--auth-token-ttl, 300 seconds). BcryptCost is
+	// the cost of stored passwords, 4 to 31; out of that range, 10
+	// (--bcrypt-cost, 10).
+	AuthToken    string
+	AuthTokenTTL time.Duration
+	BcryptCost   int
+
+	// MaxRequestBytes bounds a write request (--max-request-bytes,
+	// 1.5 MiB); MaxTxnOps the operations in a txn (--max-txn-ops, 128);
+	// QuotaBackendBytes the database size before the NOSPACE alarm
+	// (--quota-backend-bytes, 2 GiB).
+	MaxRequestBytes   int
+	MaxTxnOps         int
+	QuotaBackendBytes int64
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection (--max-concurrent-streams, 2^32-1).
+	MaxConcurrentStreams uint32
+	// GRPCKeepaliveMinTime is the least time a client should wait between
+	// pings (--grpc-keepalive-min-time, 5s); GRPCKeepaliveInterval how
+	// long a quiet connection waits before the server pings it
+	// (--grpc-keepalive-interval, 2h); GRPCKeepaliveTimeout how long the
+	// server waits for the answer (--grpc-keepalive-timeout, 20s).
+	GRPCKeepaliveMinTime, GRPCKeepaliveInterval, GRPCKeepaliveTimeout time.Duration
+
+	// AutoCompactionMode is "periodic" or "revision"
+	// (--auto-compaction-mode, periodic); AutoCompactionRetention the
+	// history kept, a duration (periodic; a bare number is hours) or a
+	// count of revisions, "0" for none (--auto-compaction-retention, 0).
+	AutoCompactionMode, AutoCompactionRetention string
+	// WatchProgressNotifyInterval is how often quiet progress_notify
+	// watchers hear the current revision
+	// (--watch-progress-notify-interval, 10m).
+	WatchProgressNotifyInterval time.Duration
+	// WatchRingEvents and WatchRingBytes bound the recent events kept in
+	// memory for watchers; older ones are read from disk
+	// (--watch-ring-events, 100000; --watch-ring-bytes, 0: 8 MiB, or
+	// 1/32 of MemoryLimit).
+	WatchRingEvents, WatchRingBytes int
+	// WarningUnaryRequestDuration: a slower unary request is logged as a
+	// warning (--warning-unary-request-duration, 300ms).
+	// WarningApplyDuration: a slower apply counts in
+	// etcd_server_slow_apply_total (--warning-apply-duration, 100ms).
+	WarningUnaryRequestDuration, WarningApplyDuration time.Duration
+
+	// MemoryLimit is the memory to stay within, in bytes: Badger's
+	// memtables, the watch ring and mapped files are sized from it; 0:
+	// none (--memory-limit; the command defaults it to the cgroup's limit,
+	// see CgroupMemoryLimit). The Go runtime's own soft limit is the host
+	// program's to set (see SoftMemoryLimit).
+	MemoryLimit int64
+	// UnsafeNoFsync commits without syncing: an acknowledged write can be
+	// lost in a crash (--unsafe-no-fsync, false; tests only).
+	UnsafeNoFsync bool
+
+	// Snapshots are taken on SnapshotScheduleCron (5 fields, or "@every
+	// 6h"; empty: never) into SnapshotDir (default: DataDir +
+	// "-snapshots"), named SnapshotName ("sett-snapshot") plus their time,
+	// in SnapshotFormat ("sett", or "etcd"), zstd-compressed if
+	// SnapshotCompress, SnapshotRetention of them kept (5; 0: all). The
+	// flags are --snapshot-schedule-cron, --snapshot-dir, and so on.
+	SnapshotScheduleCron string
+	SnapshotDir          string
+	SnapshotName         string
+	SnapshotFormat       string
+	SnapshotCompress     bool
+	SnapshotRetention    int
+	// SnapshotS3, when not nil, is the bucket every scheduled snapshot is
+	// uploaded to as well (--snapshot-s3 and --snapshot-s3-*, k3s's
+	// --etcd-s3-*). It needs SnapshotScheduleCron.
+	SnapshotS3 *snapshot.S3
+
+	// Logger receives the server's log. Nil: one built from LogLevel
+	// ("debug", "info", "warn" or "error"; --log-level, info), LogFormat
+	// ("json", "text" or etcd's "console", or "auto": text on a terminal,
+	// JSON otherwise; --log-format, auto) and LogOutputs ("default" or
+	// "stderr", "stdout", or file paths; --log-outputs, default), as
+	// NewLogger builds it.
+	Logger                          *slog.Logger
+	LogLevel, LogFormat, LogOutputs string
+}
+
+// NewConfig returns the defaults, those of sett's command line.
+func NewConfig() Config {
+	return Config{
+		Name:                        "default",
+		DataDir:                     "./sett.data",
+		Engine:                      "badger",
+		ElectionLease:               2 * time.Second,
+		StrictReconfigCheck:         true,
+		ListenClientURLs:            []string{"http://127.0.0.1:2379"},
+		EnableGRPCGateway:           true,
+		CORS:                        []string{"*"},
+		HostWhitelist:               []string{"*"},
+		ClientTLS:                   server.TLSFiles{MinVersion: tls.VersionTLS12},
+		SelfSignedCertValidity:      1,
+		AuthToken:                   "simple",
+		AuthTokenTTL:                300 * time.Second,
+		BcryptCost:                  10,
+		MaxRequestBytes:             1536 * 1024,
+		MaxTxnOps:                   128,
+		QuotaBackendBytes:           2 << 30,
+		MaxConcurrentStreams:        1<<32 - 1,
+		GRPCKeepaliveMinTime:        5 * time.Second,
+		GRPCKeepaliveInterval:       2 * time.Hour,
+		GRPCKeepaliveTimeout:        20 * time.Second,
+		AutoCompactionMode:          "periodic",
+		AutoCompactionRetention:     "0",
+		WatchProgressNotifyInterval: 10 * time.Minute,
+		WatchRingEvents:             100_000,
+		WarningUnaryRequestDuration: 300 * time.Millisecond,
+		WarningApplyDuration:        100 * time.Millisecond,
+		SnapshotName:                "sett-snapshot",
+		SnapshotFormat:              "sett",
+		SnapshotRetention:           5,
+		LogLevel:                    "info",
+		LogFormat:                   "auto",
+		LogOutputs:                  "default",
+	}
+}
+
+// Validate refuses a configuration sett cannot honour, with the reason,
+// before anything is opened. Start calls it.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("no data directory (--data-dir)")
+	}
+	switch c.Engine {
+	case "badger":
+	case "tikv":
+		if c.UnsafeNoFsync {
+			return errors.New("--unsafe-no-fsync is refused with --engine tikv: TiKV, not sett, decides when its writes are durable")
+		}
+	default:
+		return fmt.Errorf("unknown --engine %q: badger or tikv", c.Engine)
+	}
+	if len(c.ListenClientURLs) == 0 {
+		return errors.New("no client URL to listen on (--listen-client-urls)")
+	}
+	if err := c.ClientTLS.Validate(); err != nil {
+		return err
+	}
+	if _, err := server.ParseCORS(strings.Join(c.CORS, ",")); err != nil {
+		return err
+	}
+	if c.MaxConcurrentStreams == 0 {
+		return fmt.Errorf("--max-concurrent-streams 0: want 1 to %d", uint64(1<<32-1))
+	}
+	if c.MemoryLimit < 0 {
+		return fmt.Errorf("--memory-limit %d: want 0 (none) or more", c.MemoryLimit)
+	}
+	if c.Logger == nil {
+		if err := checkLogFormat(c.LogFormat); err != nil {
+			return err
+		}
+		var lv slog.Level
+		if err := lv.UnmarshalText([]byte(c.LogLevel)); err != nil {
+			return fmt.Errorf("--log-level %q: %w", c.LogLevel, err)
+		}
+	}
+	if c.SnapshotS3 != nil && c.SnapshotScheduleCron == "" {
+		return errors.New("--snapshot-s3 uploads scheduled snapshots, but --snapshot-schedule-cron is not set")
+	}
+	if c.SnapshotScheduleCron != "" && c.SnapshotFormat != "sett" && c.SnapshotFormat != "etcd" {
+		return fmt.Errorf("--snapshot-format %q: want sett or etcd", c.SnapshotFormat)
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+package embed
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/server"
+)
+
+// singleIdentity is a single member's member and cluster IDs: those it
+// keeps from its first start, or, on a new data dir, etcd's for the same
+// name, initial cluster, peer URLs and cluster token, kept from then on,
+// as etcd keeps its own. A data dir written before sett kept them goes on
+// with the IDs derived from the name (cluster ID 0 says so to the
+// server), which its member records are keyed by.
+func (c Config) singleIdentity(ctx context.Context, store *mvcc.Store, log *slog.Logger) (member, cluster uint64, err error) {
+	member, cluster, ok, err := store.Identity()
+	if err != nil || ok {
+		return member, cluster, err
+	}
+	legacy := server.MemberID(c.Name)
+	records, err := store.MemberRecords()
+	if err != nil {
+		return 0, 0, err
+	}
+	if store.Rev() > 1 || len(records) > 0 {
+		return legacy, 0, nil
+	}
+	b := server.Bootstrap{
+		Name: c.Name, InitialCluster: c.InitialCluster,
+		AdvertisePeerURLs: strings.Join(c.InitialAdvertisePeerURLs, ","), Token: c.InitialClusterToken,
+	}
+	if b.AdvertisePeerURLs == "" {
+		b.AdvertisePeerURLs = "http://localhost:2380"
+	}
+	if b.Token == "" {
+		b.Token = "etcd-cluster"
+	}
+	if member, cluster, err = server.EtcdIDs(b); err != nil {
+		log.Warn("member and cluster IDs derived from --name: etcd would not start with these flags", "error", err)
+		return legacy, 0, nil
+	}
+	return member, cluster, store.WriteIdentity(ctx, member, cluster)
+}
