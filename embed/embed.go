@@ -70,6 +70,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.log, s.undo = log, append(s.undo, closeLog)
 	}
 	log := s.log
+	// Logged last, after everything else has closed (but the log).
+	s.undo = append(s.undo, func() error { log.Info("stopped"); return nil })
 	if cfg.UnsafeNoFsync {
 		log.Warn("--unsafe-no-fsync: commits are not synced to disk; an acknowledged write can be lost in a crash or power cut. For tests only.")
 	}
@@ -296,7 +298,6 @@ func (s *Server) Close() error {
 		s.cancel()
 		<-s.served
 		s.closeErr = s.closeOpened()
-		s.log.Info("stopped")
 	})
 	return s.closeErr
 }

@@ -32,7 +32,7 @@
 #   K8S_TIMEOUT            -timeout per run (default 20m)
 #   K8S_FLAGS              extra go test build flags, e.g. -race
 #   SETT_SRC               the sett source to test (default: this checkout)
-#   SETT_K8S_INMEMORY=1    run sett on an in-memory Badger (no fsync), as
+#   SETT_K8S_INMEMORY=1    run sett without fsync (a mock cluster in memory), as
 #                          the etcd test server runs with UnsafeNoFsync
 #   SETT_K8S_LOG=1         send sett's warnings to the test log
 #   SETT_K8S_ENGINE        badger (default) or tikv, for the sett server
