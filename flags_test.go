@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,17 +17,43 @@ import (
 	etcdembed "go.etcd.io/etcd/server/v3/embed"
 )
 
-// etcdMainFlags are the flags etcd's main package adds to embed.Config's,
-// with etcd's defaults, and those it accepts and ignores.
-var etcdMainFlags = map[string]string{
-	"config-file": "", "discovery-fallback": "exit", "initial-cluster-state": "new", "v2-deprecation": "write-only",
-	"cluster-active-size": "", "cluster-remove-delay": "", "cluster-sync-interval": "", "config": "", "force": "",
-	"max-result-buffer": "", "max-retry-attempts": "", "peer-heartbeat-interval": "", "peer-election-timeout": "",
-	"retry-interval": "", "snapshot": "", "v": "", "vv": "",
+// etcdMainFlags are the flags etcd's main package adds to embed.Config's
+// and those it accepts and ignores, read from its source in the module
+// cache (the package keeps them unexported), each with etcd's default.
+func etcdMainFlags(t *testing.T) map[string]string {
+	t.Helper()
+	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "go.etcd.io/etcd/server/v3").Output()
+	if err != nil {
+		t.Fatalf("go list etcd's server module: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(dir)), "etcdmain", "config.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The three flags of values etcd checks, whose defaults are set in
+	// code the source does not show at the flag.
+	defaults := map[string]string{"discovery-fallback": "exit", "initial-cluster-state": "new", "v2-deprecation": "write-only"}
+	flags := map[string]string{}
+	for _, m := range regexp.MustCompile(`fs\.\w+\([^\n]*?, "([a-z0-9-]+)",`).FindAllStringSubmatch(string(src), -1) {
+		flags[m[1]] = defaults[m[1]]
+	}
+	ignored := regexp.MustCompile(`(?s)ignored = \[\]string\{(.*?)\}`).FindStringSubmatch(string(src))
+	if ignored == nil {
+		t.Fatal("etcdmain/config.go: no ignored flags found")
+	}
+	for _, m := range regexp.MustCompile(`"([a-z0-9-]+)"`).FindAllStringSubmatch(ignored[1], -1) {
+		flags[m[1]] = ""
+	}
+	for _, n := range []string{"config-file", "version", "v2-deprecation", "cluster-active-size"} {
+		if _, ok := flags[n]; !ok {
+			t.Fatalf("etcdmain/config.go: flag %s not found; has the source changed shape?", n)
+		}
+	}
+	return flags
 }
 
-// delegated are etcd flags that other work adds (the client certificate
-// sett presents to its peers).
+// delegated are etcd flags given no value here: the client certificate
+// a single member refuses, since it makes no connection to present it on.
 var delegated = []string{"client-cert-file", "client-key-file"}
 
 // checkOnly is sett's command line whose serve action only checks the
@@ -49,12 +77,12 @@ func TestEtcdFlagsAccepted(t *testing.T) {
 	etcdembed.NewConfig().AddFlags(fs)
 	defaults := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { defaults[f.Name] = f.DefValue })
-	for n, v := range etcdMainFlags {
+	for n, v := range etcdMainFlags(t) {
 		defaults[n] = v
 	}
 	args := []string{"sett"}
 	for n, v := range defaults {
-		if slices.Contains(delegated, n) || n == "config-file" {
+		if slices.Contains(delegated, n) || n == "config-file" || n == "version" {
 			continue
 		}
 		args = append(args, "--"+n+"="+v)

@@ -286,8 +286,15 @@ func (m *nemesisMember) start() {
 	sctx, in.stopSrv = context.WithCancel(context.Background())
 	ectx, in.stopEl = context.WithCancel(context.Background())
 	go func() { in.served <- srv.Serve(sctx) }()
-	jctx, jcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Joining reads the other members' records from the shared engine:
+	// seconds on a loaded machine.
+	jctx, jcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	if err := el.Join(jctx); err != nil {
+		// Stopped here, since the cleanup's crash knows only members
+		// that started.
+		in.stopSrv()
+		<-in.served
+		store.Close()
 		m.t.Fatal(err)
 	}
 	jcancel()
@@ -386,8 +393,12 @@ func newNemesis(t *testing.T, seed uint64) *nemesis {
 		for _, c := range n.clients {
 			c.Close()
 		}
+		// Every engine resumes before any member stops: a member's store
+		// may wait on a commit that reaches another's stalled engine.
 		for _, m := range n.members {
 			m.eng.resume()
+		}
+		for _, m := range n.members {
 			m.crash()
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -590,11 +591,21 @@ func maintenanceTranscript(t *testing.T, cli *clientv3.Client) []string {
 		note(step, r, err)
 	}
 	raftIndex := func(step string) {
-		r, err := mt.Status(ctx, &pb.StatusRequest{})
-		if err != nil {
-			t.Fatal(err)
+		// etcd applies what raft committed a moment later: the figures
+		// are compared once it has caught up (or after 5s, when they
+		// differ for good).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r, err := mt.Status(ctx, &pb.StatusRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.RaftAppliedIndex >= r.RaftIndex || time.Now().After(deadline) {
+				out = append(out, fmt.Sprintf("%s: raft index %d applied %d", step, r.RaftIndex, r.RaftAppliedIndex))
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		out = append(out, fmt.Sprintf("%s: raft index %d applied %d", step, r.RaftIndex, r.RaftAppliedIndex))
 	}
 	downgrade := func(action pb.DowngradeRequest_DowngradeAction, v string) {
 		r, err := mt.Downgrade(ctx, &pb.DowngradeRequest{Action: action, Version: v})
