@@ -439,6 +439,33 @@ func TestAdoptEtcdDataDir(t *testing.T) {
 	}
 	s.stop()
 
+	t.Run("import command", func(t *testing.T) {
+		// sett import etcd makes the same store in a new data dir.
+		newDir := filepath.Join(t.TempDir(), "new")
+		imp := spawn(t, "import", "etcd", "--from", dir, "--data-dir", newDir)
+		<-imp.exited
+		if imp.err != nil {
+			t.Fatalf("sett import etcd: %v\n%s", imp.err, imp.logTail())
+		}
+		s := startChild(t, newDir, harness.FreeAddr(t))
+		sc := harness.NewClient(t, s.addr)
+		got := readHistory(t, sc, compactRev, before)
+		for rev := compactRev; rev <= before; rev++ {
+			if kvString(got[rev]) != kvString(etcdHistory[rev]) {
+				t.Errorf("at revision %d sett has\n%s\netcd had\n%s", rev, kvString(got[rev]), kvString(etcdHistory[rev]))
+			}
+		}
+		resp, err := sc.Get(ctx, "load/", clientv3.WithPrefix())
+		must(err)
+		if resp.Header.Revision != now.Header.Revision {
+			t.Errorf("imported at revision %d, adopted at %d", resp.Header.Revision, now.Header.Revision)
+		}
+		s.stop()
+		if after := treeHash(t, member); !maps.Equal(after, etcdFiles) {
+			t.Errorf("sett import changed etcd's files")
+		}
+	})
+
 	t.Run("bumped", func(t *testing.T) {
 		// etcdutl's restore with --bump-revision --mark-compacted, as
 		// etcd's TestRestoreCompactionRevBump runs it.

@@ -635,3 +635,13 @@ func Exists(dir string) bool {
 	}
 	return false
 }
+
+// OpenDir opens a Badger store in dir with the default options and
+// returns it with how to close it, for a command that fills a new store.
+func OpenDir(dir string) (engine.Engine, func() error, error) {
+	db, err := Open(Options{Dir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, db.Close, nil
+}
