@@ -39,6 +39,10 @@ func defrag(c *cli.Context) error {
 	case dir != "" && len(endpoints) > 0:
 		return errors.New("give --data-dir or --endpoints, not both")
 	case dir != "":
+		dir, err := embed.StoreDir(dir)
+		if err != nil {
+			return err
+		}
 		before, after, err := badger.Defrag(dir, log, progress.New(log, "defragmenting "+dir, "seconds", -1).During)
 		if err != nil {
 			return err

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 
 	"github.com/settdb/sett/embed"
@@ -155,13 +154,9 @@ func refusals(c *cli.Context) error {
 			return fmt.Errorf("--%s is refused: %s", r.flag, r.why)
 		}
 	}
-	// etcd 3.7 accepts only the stages from write-only on (a list, each
-	// checked), and says so in its flag parser's words.
 	if c.IsSet("v2-deprecation") {
-		for _, v := range strings.Split(c.String("v2-deprecation"), ",") {
-			if !slices.Contains([]string{"write-only", "write-only-skip-check", "write-only-drop-data", "gone"}, v) {
-				return fmt.Errorf("invalid value %q for flag -v2-deprecation: invalid value %q", c.String("v2-deprecation"), v)
-			}
+		if err := embed.CheckV2Deprecation(c.String("v2-deprecation")); err != nil {
+			return err
 		}
 	}
 	if n := c.Uint64("max-concurrent-streams"); n == 0 || n > 1<<32-1 {

@@ -5,8 +5,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,7 +42,7 @@ func app() *cli.App {
 		}),
 		Action: func(c *cli.Context) error {
 			if c.Bool("version") {
-				printVersion()
+				server.WriteVersion(os.Stdout)
 				return nil
 			}
 			return run(c)
@@ -53,34 +51,18 @@ func app() *cli.App {
 			serve,
 			snapshotCommand(),
 			defragCommand(),
+			importCommand(),
 			grpcProxyCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",
 				Action: func(*cli.Context) error {
-					printVersion()
+					server.WriteVersion(os.Stdout)
 					return nil
 				},
 			},
 		},
 	}
-}
-
-// printVersion prints the lines `etcd --version` prints, which scripts
-// read to learn what they run, with the etcd version sett implements, and
-// then what it is.
-func printVersion() {
-	rev := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				rev = s.Value
-			}
-		}
-	}
-	fmt.Printf("etcd Version: %s\nGit SHA: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
-		server.Version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Println("Server: sett (etcd v3 API on Badger)")
 }
 
 // serveConfigFile serves with the flags --config-file sets, and only

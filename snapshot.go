@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/settdb/sett/embed"
-	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/internal/progress"
 	"github.com/settdb/sett/server"
@@ -143,7 +140,7 @@ func snapshotSave(c *cli.Context) error {
 	cfg.Username, cfg.Password, _ = strings.Cut(c.String("user"), ":")
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	saved, err := snapshot.Save(ctx, cfg, path, c.String("format"), openBadger, startProgress(slog.Default()))
+	saved, err := snapshot.Save(ctx, cfg, path, c.String("format"), badger.OpenDir, startProgress(slog.Default()))
 	if err != nil {
 		return err
 	}
@@ -175,7 +172,7 @@ func snapshotRestore(c *cli.Context) error {
 		return err
 	}
 	opts := snapshot.RestoreOptions{
-		Open:          openBadger,
+		Open:          badger.OpenDir,
 		SkipHashCheck: c.Bool("skip-hash-check"),
 		CheckEtcd:     checkEtcdFile,
 		Progress:      startProgress(log),
@@ -193,16 +190,6 @@ func snapshotRestore(c *cli.Context) error {
 	}
 	_, err = snapshot.Restore(path, dir, opts)
 	return err
-}
-
-// openBadger opens a new Badger store in dir, for restore and
-// conversion.
-func openBadger(dir string) (engine.Engine, func() error, error) {
-	db, err := badger.Open(badger.Options{Dir: dir})
-	if err != nil {
-		return nil, nil, err
-	}
-	return db, db.Close, nil
 }
 
 // startProgress reports a long step's progress to a person or a log.
@@ -359,12 +346,7 @@ func snapshotLs(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	w := bufio.NewWriter(os.Stdout)
-	fmt.Fprintf(w, "%-50s %12s %s\n", "NAME", "SIZE", "CREATED")
-	for _, e := range list {
-		fmt.Fprintf(w, "%-50s %12d %s\n", e.Name, e.Size, e.ModTime.UTC().Format(time.RFC3339))
-	}
-	return w.Flush()
+	return snapshot.WriteList(os.Stdout, list)
 }
 
 // snapshotPrune deletes old snapshots from a snapshot directory or a
@@ -386,16 +368,9 @@ func snapshotPrune(c *cli.Context) error {
 	return err
 }
 
-// snapshots is where ls and prune work: a bucket or a directory.
-type snapshots interface {
-	List(ctx context.Context, prefix string) ([]snapshot.Entry, error)
-	Prune(ctx context.Context, prefix string, keep int) ([]string, error)
-	Path(name string) string
-}
-
 // openSnapshots opens the bucket --snapshot-s3 names, or else
 // --snapshot-dir, for the snapshot command cmd.
-func openSnapshots(c *cli.Context, cmd string) (snapshots, error) {
+func openSnapshots(c *cli.Context, cmd string) (snapshot.Collection, error) {
 	if bucket, err := openS3(c); err != nil || bucket != nil {
 		return bucket, err
 	}

@@ -111,7 +111,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	st, err := openStorage(cfg.Engine, strings.Join(cfg.TiKVPDEndpoints, ","), dir, mem, cfg.UnsafeNoFsync, log)
+	// Badger's store is in the data dir, or, in an etcd member's data
+	// dir, beside member/, made from it at the first start. TiKV keeps
+	// nothing there.
+	storeDir := dir
+	if cfg.Engine == "badger" {
+		if storeDir, err = adopt(ctx, dir, mem, log); err != nil {
+			return nil, err
+		}
+	}
+	st, err := openStorage(cfg.Engine, strings.Join(cfg.TiKVPDEndpoints, ","), storeDir, mem, cfg.UnsafeNoFsync, log)
 	if err != nil {
 		return nil, err
 	}

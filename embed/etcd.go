@@ -1,5 +1,23 @@
 package embed
 
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// CheckV2Deprecation checks etcd's --v2-deprecation: etcd 3.7 accepts
+// only the stages from write-only on (a list, each checked), and says so
+// in its flag parser's words.
+func CheckV2Deprecation(stages string) error {
+	for _, v := range strings.Split(stages, ",") {
+		if !slices.Contains([]string{"write-only", "write-only-skip-check", "write-only-drop-data", "gone"}, v) {
+			return fmt.Errorf("invalid value %q for flag -v2-deprecation: invalid value %q", stages, v)
+		}
+	}
+	return nil
+}
+
 // EtcdNotApplicable names etcd's settings, by their flags, that cannot
 // matter to a single sett member: raft, peers and membership
 // bootstrapping, the WAL and etcd's bbolt backend, checks between

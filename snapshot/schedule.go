@@ -1,9 +1,11 @@
 package snapshot
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -228,6 +230,23 @@ func (s *Scheduler) Take() (string, error) {
 	err := Compress(path, path+".zst")
 	os.Remove(path)
 	return path + ".zst", err
+}
+
+// Collection is where snapshots are kept: a Dir or a Bucket.
+type Collection interface {
+	List(ctx context.Context, prefix string) ([]Entry, error)
+	Prune(ctx context.Context, prefix string, keep int) ([]string, error)
+	Path(name string) string
+}
+
+// WriteList writes list as a table, as `sett snapshot ls` prints it.
+func WriteList(w io.Writer, list []Entry) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%-50s %12s %s\n", "NAME", "SIZE", "CREATED")
+	for _, e := range list {
+		fmt.Fprintf(bw, "%-50s %12d %s\n", e.Name, e.Size, e.ModTime.UTC().Format(time.RFC3339))
+	}
+	return bw.Flush()
 }
 
 // Entry is one snapshot in a snapshot directory.

@@ -624,3 +624,24 @@ func Defrag(dir string, log *slog.Logger, run func(gc func() error) error) (befo
 	after = db.Size()
 	return before, after, errors.Join(err, db.Close())
 }
+
+// Exists reports whether dir holds a Badger store: Badger writes its
+// MANIFEST and KEYREGISTRY when it first opens a directory.
+func Exists(dir string) bool {
+	for _, name := range []string{"MANIFEST", "KEYREGISTRY"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// OpenDir opens a Badger store in dir with the default options and
+// returns it with how to close it, for a command that fills a new store.
+func OpenDir(dir string) (engine.Engine, func() error, error) {
+	db, err := Open(Options{Dir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, db.Close, nil
+}

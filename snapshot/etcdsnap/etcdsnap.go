@@ -15,9 +15,13 @@
 //	authUsers, authRoles
 //	       name -> authpb.User, authpb.Role
 //
-// Membership (the members and cluster buckets) belongs to the cluster
-// that wrote the file: sett has its own, and etcd's restore replaces it.
-// Alarms are not carried over.
+//	members
+//	       hex ID -> the member as JSON (membership.Member)
+//
+// Membership belongs to the cluster that wrote the file: a restore leaves
+// it out, as etcd's restore replaces it, and Restore only reports it (a
+// data dir adopted in place keeps it; see package etcddir). Alarms are
+// not carried over.
 //
 // The revisions themselves go through mvcc, which owns sett's layout.
 package etcdsnap
@@ -32,9 +36,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/server/v3/lease/leasepb"
 	"google.golang.org/protobuf/proto"
@@ -49,15 +56,16 @@ import (
 var ErrBadSnapshot = errors.New("etcdsnap: not a valid etcd snapshot")
 
 var (
-	bucketKey   = []byte("key")
-	bucketMeta  = []byte("meta")
-	bucketLease = []byte("lease")
+	bucketKey     = []byte("key")
+	bucketMeta    = []byte("meta")
+	bucketLease   = []byte("lease")
+	bucketMembers = []byte("members")
 
 	// The buckets etcd creates in every database; a file without them
 	// gets them when etcd opens it, but its restore expects a few.
 	allBuckets = [][]byte{
 		bucketKey, bucketMeta, bucketLease,
-		[]byte("alarm"), []byte("cluster"), []byte("members"), []byte("members_removed"),
+		[]byte("alarm"), []byte("cluster"), bucketMembers, []byte("members_removed"),
 		bucketAuth, bucketAuthUsers, bucketAuthRoles,
 	}
 
@@ -111,12 +119,29 @@ type Info struct {
 	Version string
 	// AuthEnabled says the file has authentication on.
 	AuthEnabled bool
+	// ConsistentIndex is the last raft entry the database holds the
+	// effect of (Restore only).
+	ConsistentIndex uint64
+	// Members are the member records, etcd's JSON by member ID (Restore
+	// only).
+	Members map[uint64][]byte
 }
+
+// ErrInUse is returned for a database another process holds open for
+// writing, as a running etcd does its member's.
+var ErrInUse = errors.New("etcdsnap: database in use by another process (is etcd running on it?)")
+
+// lockWait is how long open waits for a database's lock: a snapshot file
+// has no other user, and a live member's never lets go.
+const lockWait = 2 * time.Second
 
 // open opens the bbolt database at path read-only and checks its
 // structure, as etcdutl does before trusting a file.
 func open(path string) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true})
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: lockWait})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("%s: %w", path, ErrInUse)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
@@ -185,6 +210,9 @@ func Status(path string) (info Info, err error) {
 						return err
 					}
 					info.Revision = r.Main
+					if isMarker(r) {
+						return nil
+					}
 					info.Revisions++
 					if r.Tombstone {
 						delete(live, string(r.KV.Key))
@@ -286,6 +314,13 @@ func decodeRevision(k, v []byte) (mvcc.EtcdRevision, error) {
 	return mvcc.EtcdRevision{Main: main, Sub: sub, Tombstone: tomb, KV: kv}, nil
 }
 
+// isMarker reports whether r is the entry etcdutl's restore writes with
+// --bump-revision: no key-value, only the revision the store is at.
+// etcd's own restore skips it, as do Status and Restore.
+func isMarker(r mvcc.EtcdRevision) bool {
+	return !r.Tombstone && len(r.KV.GetKey()) == 0
+}
+
 // Progress, if not nil, hears how many revisions have been copied.
 type Progress func(revisions int64)
 
@@ -315,6 +350,10 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 			st.Cleaned = fin
 		}
 		info.CompactRevision = st.Compact
+		info.ConsistentIndex = st.Applied
+		if info.Members, err = readMembers(tx); err != nil {
+			return err
+		}
 		im, err := mvcc.NewEtcdImporter(eng, st.Cleaned)
 		if err != nil {
 			return err
@@ -331,6 +370,10 @@ func Restore(path string, eng engine.Engine, progress Progress) (info Info, err 
 			r, err := decodeRevision(k, v)
 			if err != nil {
 				return err
+			}
+			if isMarker(r) {
+				info.Revision = r.Main
+				return nil
 			}
 			if err := im.Put(r); err != nil {
 				return err
@@ -529,6 +572,24 @@ func appendHash(path string) (int64, error) {
 		return 0, err
 	}
 	return n, f.Sync()
+}
+
+// readMembers reads etcd's member records by ID.
+func readMembers(tx *bolt.Tx) (map[uint64][]byte, error) {
+	out := make(map[uint64][]byte)
+	b := tx.Bucket(bucketMembers)
+	if b == nil {
+		return out, nil
+	}
+	err := b.ForEach(func(k, v []byte) error {
+		id, err := strconv.ParseUint(string(k), 16, 64)
+		if err != nil {
+			return fmt.Errorf("%w: member %q: %w", ErrBadSnapshot, k, err)
+		}
+		out[id] = bytes.Clone(v)
+		return nil
+	})
+	return out, err
 }
 
 // readAuth reads etcd's auth buckets; a file without them has auth off.
