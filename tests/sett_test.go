@@ -217,6 +217,12 @@ func (c *child) count(s string) int {
 	return bytes.Count(b, []byte(s))
 }
 
+// log returns the whole log.
+func (c *child) log() string {
+	b, _ := os.ReadFile(c.logf)
+	return string(b)
+}
+
 func (c *child) logTail() string {
 	b, _ := os.ReadFile(c.logf)
 	if len(b) > 8000 {
