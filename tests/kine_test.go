@@ -412,3 +412,101 @@ func TestImportKine(t *testing.T) {
 		}
 	})
 }
+
+// startPostgres runs a Postgres cluster of its own in a temporary
+// directory, as nobody when the test runs as root (Postgres refuses
+// root), and returns its address; it is stopped when the test ends.
+func startPostgres(t *testing.T) string {
+	t.Helper()
+	initdb, err := exec.LookPath("initdb")
+	if err != nil {
+		found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+		if len(found) == 0 {
+			t.Skip("no Postgres here (initdb not found): kine on Postgres not tested")
+		}
+		initdb = found[0]
+	}
+	bin := filepath.Dir(initdb)
+	dir, err := os.MkdirTemp("", "sett-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	run := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, name), args...)
+		if os.Geteuid() == 0 {
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			cmd = exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", filepath.Join(bin, name)}, args...)...)
+		}
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+	}
+	addr := harness.FreeAddr(t)
+	host, port, _ := strings.Cut(addr, ":")
+	run("initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust")
+	run("pg_ctl", "-D", filepath.Join(dir, "data"), "-w", "-l", filepath.Join(dir, "log"),
+		"-o", fmt.Sprintf("-p %s -k %s -c listen_addresses=%s -c fsync=off", port, dir, host), "start")
+	t.Cleanup(func() { run("pg_ctl", "-D", filepath.Join(dir, "data"), "-m", "immediate", "stop") })
+	return addr
+}
+
+// TestImportKinePostgres: the same as TestImportKine's comparison, with
+// kine on Postgres.
+func TestImportKinePostgres(t *testing.T) {
+	const longLease, shortLease = 3600, 600
+	endpoint := "postgres://postgres@" + startPostgres(t) + "/kubernetes?sslmode=disable"
+	k := startKine(t, endpoint)
+	kineLog = k.logf
+	kc := harness.NewClient(t, k.addr)
+	compacted := kineLoad(t, kc, longLease, shortLease)
+	ctx := harness.Context(t)
+	now, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := now.Header.Revision
+	kineHistory := make(map[int64]string)
+	for rev := compacted; rev <= last; rev++ {
+		resp, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+		if err != nil {
+			t.Fatalf("kine at %d: %v", rev, err)
+		}
+		kineHistory[rev] = kvLine(resp.Kvs)
+	}
+	kineEvents := eventLine(watchUntil(t, kc, "/registry/", compacted+1, last))
+	k.stop()
+
+	dir := filepath.Join(t.TempDir(), "sett")
+	imp := spawn(t, "import", "kine", "--endpoint", endpoint, "--data-dir", dir)
+	<-imp.exited
+	if imp.err != nil {
+		t.Fatalf("sett import kine: %v\n%s", imp.err, imp.logTail())
+	}
+	s := startChild(t, dir, harness.FreeAddr(t))
+	sc := harness.NewClient(t, s.addr)
+	for rev := compacted; rev <= last; rev++ {
+		resp, err := sc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+		if err != nil {
+			t.Fatalf("sett at %d: %v", rev, err)
+		}
+		if got := kvLine(resp.Kvs); got != kineHistory[rev] {
+			t.Errorf("at revision %d sett has\n%s\nkine had\n%s", rev, got, kineHistory[rev])
+		}
+	}
+	if got := eventLine(watchUntil(t, sc, "/registry/", compacted+1, last)); got != kineEvents {
+		t.Errorf("watch from %d: sett replays\n%s\nkine replayed\n%s", compacted+1, got, kineEvents)
+	}
+	put, err := sc.Put(ctx, "/registry/after", "import")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put.Header.Revision != last+1 {
+		t.Errorf("the next write got revision %d, want kine's last %d + 1", put.Header.Revision, last)
+	}
+	s.stop()
+}
