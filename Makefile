@@ -43,14 +43,14 @@ bin/versitygw: testdata/versitygw/go.mod testdata/versitygw/go.sum
 # slower one. Against sett alone every failure counts, which is stricter
 # than the comparison with etcd and keeps CI within its 20 minutes; `make
 # k8s-storage` runs etcd beside it. test-tikv runs in the first free slot.
-test: bin/etcdctl bin/etcd bin/versitygw
+test: bin/etcdctl bin/etcd bin/kine bin/versitygw
 	$(GO) vet ./...
 	$(MAKE) -j2 --output-sync=target K8S_SERVERS=sett test-sett k8s-storage test-tikv
 
 # tests/ runs the sett binary; it is built once, with the race detector.
-test-sett: bin/etcdctl bin/etcd bin/versitygw image
+test-sett: bin/etcdctl bin/etcd bin/kine bin/versitygw image
 	$(GO) build -race -o bin/sett-race .
-	SETT_BIN=$(CURDIR)/bin/sett-race SETT_ETCDCTL=$(CURDIR)/bin/etcdctl SETT_ETCD=$(CURDIR)/bin/etcd SETT_VERSITYGW=$(CURDIR)/bin/versitygw \
+	SETT_BIN=$(CURDIR)/bin/sett-race SETT_ETCDCTL=$(CURDIR)/bin/etcdctl SETT_ETCD=$(CURDIR)/bin/etcd SETT_KINE=$(CURDIR)/bin/kine SETT_VERSITYGW=$(CURDIR)/bin/versitygw \
 		SETT_IMAGE=$(CURDIR)/bin/sett-image $(GO) test -race -count=1 -timeout 14m ./...
 
 # The TiKV build (-tags tikv): vet, the engine's own tests, the election
@@ -73,6 +73,11 @@ bench: build bin/etcd
 # main package (see testdata/etcd/go.mod).
 bin/etcd: testdata/etcd/go.mod testdata/etcd/go.sum testdata/etcd/main.go
 	cd testdata/etcd && GOWORK=off $(GO) build -o $(CURDIR)/bin/etcd .
+
+# kine, v0.17.5 as pinned in testdata/kine, for the tests of sett import
+# kine; built without cgo, so its SQLite is modernc.org/sqlite, as sett's.
+bin/kine: testdata/kine/go.mod testdata/kine/go.sum testdata/kine/main.go
+	cd testdata/kine && GOWORK=off CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/kine .
 
 # The go test benchmarks, sett and an embedded etcd in one process.
 bench-inproc:

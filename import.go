@@ -9,9 +9,11 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/etcddir"
 	"github.com/settdb/sett/internal/progress"
+	"github.com/settdb/sett/kine"
 )
 
-// The import command's command line; the work is package etcddir's.
+// The import command's command line; the work is packages etcddir's and
+// kine's.
 
 func importCommand() *cli.Command {
 	return &cli.Command{
@@ -24,6 +26,14 @@ func importCommand() *cli.Command {
 				&cli.StringFlag{Name: "from", Usage: "the etcd member's data dir, holding member/ (required)"},
 				&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"}),
 			Action: importEtcd,
+		}, {
+			Name:  "kine",
+			Usage: "import kine's database (k3s's datastore), every revision since its compaction, into a new data directory; the database is not written",
+			Flags: withEnv(
+				&cli.StringFlag{Name: "endpoint", Usage: "kine's database as k3s's --datastore-endpoint names it: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default: sqlite://" + kine.DefaultSQLite + ")"},
+				&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
+				&cli.BoolFlag{Name: "latest-only", Usage: "import only the keys live at kine's last revision, which the store keeps"}),
+			Action: importKine,
 		}},
 	}
 }
@@ -42,6 +52,26 @@ func importEtcd(c *cli.Context) error {
 	if err == nil {
 		log.Info("imported", "revision", res.Revision, "compact_revision", res.CompactRevision, "revisions", res.Database.Revisions,
 			"leases", res.Database.Leases, "wal_entries_applied", res.Entries, "took", res.Duration)
+	}
+	return err
+}
+
+func importKine(c *cli.Context) error {
+	if c.String("data-dir") == "" {
+		return errors.New("import kine needs --data-dir")
+	}
+	log, _, err := embed.NewLogger("info", "auto", "default")
+	if err != nil {
+		return err
+	}
+	pr := progress.New(log, "importing kine's rows", "rows", -1)
+	res, err := kine.ImportInto(c.Context, c.String("endpoint"), c.String("data-dir"), badger.OpenDir, kine.Options{
+		LatestOnly: c.Bool("latest-only"), Progress: pr.SetOf, Logger: log})
+	pr.Finish()
+	if err == nil {
+		log.Info("imported", "revision", res.Revision, "compact_revision", res.CompactRevision, "rows", res.Rows,
+			"revisions", res.Revisions, "leases", res.Leases, "took", res.Duration,
+			"rows_per_second", int64(float64(res.Rows)/max(res.Duration.Seconds(), 1e-3)))
 	}
 	return err
 }

@@ -2,13 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 
 	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/internal/cmdline"
 	"github.com/settdb/sett/internal/progress"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
@@ -87,49 +85,8 @@ func snapshotCommand() *cli.Command {
 	}
 }
 
-// oneArg returns the command's one argument, the snapshot file. Flags
-// may follow it, as etcdctl and etcdutl allow (`snapshot restore FILE
-// --data-dir DIR`): urfave/cli stops parsing flags at the first argument,
-// so the rest are parsed here.
-func oneArg(c *cli.Context, what string) (string, error) {
-	args := c.Args().Slice()
-	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
-	set.SetOutput(io.Discard)
-	for _, f := range c.Command.Flags {
-		if err := f.Apply(set); err != nil {
-			return "", err
-		}
-	}
-	var pos []string
-	for len(args) > 0 {
-		if err := set.Parse(args); err != nil {
-			return "", err
-		}
-		if args = set.Args(); len(args) > 0 {
-			pos, args = append(pos, args[0]), args[1:]
-		}
-	}
-	var err error
-	set.Visit(func(f *flag.Flag) {
-		for _, cf := range c.Command.Flags {
-			if slices.Contains(cf.Names(), f.Name) {
-				for _, name := range cf.Names() { // and its aliases
-					err = errors.Join(err, c.Set(name, f.Value.String()))
-				}
-			}
-		}
-	})
-	if err != nil {
-		return "", err
-	}
-	if len(pos) != 1 {
-		return "", fmt.Errorf("snapshot %s expects one argument, the snapshot file", what)
-	}
-	return pos[0], nil
-}
-
 func snapshotSave(c *cli.Context) error {
-	path, err := oneArg(c, "save")
+	path, err := cmdline.OneArg(c, "snapshot save expects one argument, the snapshot file")
 	if err != nil {
 		return err
 	}
@@ -156,7 +113,7 @@ func snapshotSave(c *cli.Context) error {
 }
 
 func snapshotRestore(c *cli.Context) error {
-	path, err := oneArg(c, "restore")
+	path, err := cmdline.OneArg(c, "snapshot restore expects one argument, the snapshot file")
 	if err != nil {
 		return err
 	}
@@ -211,7 +168,7 @@ func checkEtcdFile(path string) error {
 
 // snapshotStatus prints what etcdutl's snapshot status prints.
 func snapshotStatus(c *cli.Context) error {
-	path, err := oneArg(c, "status")
+	path, err := cmdline.OneArg(c, "snapshot status expects one argument, the snapshot file")
 	if err != nil {
 		return err
 	}

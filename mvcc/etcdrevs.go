@@ -89,7 +89,10 @@ func NewEtcdImporter(eng engine.Engine, cleaned int64) (*EtcdImporter, error) {
 // Revisions counts the entries imported so far.
 func (im *EtcdImporter) Revisions() int64 { return im.n }
 
-// Put imports the next entry of the list.
+// Put imports the next entry of the list. A key-value whose Version is 0
+// (a store that keeps no versions, as kine) is given one by counting: one
+// more than the key's entry before it if that one is live, 1 if there is
+// none or it is a deletion.
 func (im *EtcdImporter) Put(r EtcdRevision) error {
 	if r.KV == nil || len(r.KV.Key) == 0 {
 		return fmt.Errorf("%w: revision %d_%d has no key", ErrBadEtcdData, r.Main, r.Sub)
@@ -103,6 +106,14 @@ func (im *EtcdImporter) Put(r EtcdRevision) error {
 	obj := version{deleted: true}
 	if !r.Tombstone {
 		kv := r.KV
+		if kv.Version == 0 {
+			v, err := im.nextVersion(raw)
+			if err != nil {
+				return err
+			}
+			kv = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
+				Version: v, Value: kv.Value, Lease: kv.Lease}
+		}
 		if kv.ModRevision != r.Main || kv.CreateRevision < 1 || kv.CreateRevision > r.Main || kv.Version < 1 {
 			return fmt.Errorf("%w: key %q at revision %d says mod %d, create %d, version %d",
 				ErrBadEtcdData, raw, r.Main, kv.ModRevision, kv.CreateRevision, kv.Version)
@@ -127,6 +138,26 @@ func (im *EtcdImporter) Put(r EtcdRevision) error {
 	}
 	im.n++
 	return nil
+}
+
+// nextVersion is the version a new entry of raw takes: the index holds
+// the key's latest entry so far, committed or in the open transaction.
+func (im *EtcdImporter) nextVersion(raw []byte) (int64, error) {
+	b, err := im.tx.Get(indexKey(raw))
+	if errors.Is(err, engine.ErrNotFound) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	m, err := decodeMeta(b)
+	if err != nil {
+		return 0, fmt.Errorf("index of %q: %w", raw, err)
+	}
+	if m.deleted {
+		return 1, nil
+	}
+	return m.version + 1, nil
 }
 
 // Lease imports a lease record.

@@ -263,3 +263,25 @@ func TestEtcdImportSpansTransactions(t *testing.T) {
 		t.Fatalf("%d events (%v)", len(events), err)
 	}
 }
+
+// TestEtcdImportCountsVersions: entries without a version (kine keeps
+// none) are counted from the key's entries before them, across
+// transactions too, and start again at 1 after a deletion.
+func TestEtcdImportCountsVersions(t *testing.T) {
+	value := bytes.Repeat([]byte("v"), 64<<10) // a few entries fill a transaction
+	put := func(rev, create int64) EtcdRevision {
+		return EtcdRevision{Main: rev, KV: &pbKV{Key: []byte("k"), CreateRevision: create, ModRevision: rev, Value: value}}
+	}
+	var revs []EtcdRevision
+	for rev := int64(2); rev <= 200; rev++ {
+		revs = append(revs, put(rev, 2))
+	}
+	revs = append(revs, EtcdRevision{Main: 201, Tombstone: true, KV: &pbKV{Key: []byte("k")}}, put(202, 202), put(203, 202))
+	s := importStore(t, revs, EtcdState{Rev: 203, Compact: -1, Cleaned: -1}, nil)
+	for _, c := range []struct{ rev, version int64 }{{2, 1}, {3, 2}, {200, 199}, {202, 1}, {203, 2}} {
+		resp, err := s.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), Revision: c.rev})
+		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != c.version {
+			t.Errorf("at %d: %v (%v), want version %d", c.rev, resp.GetKvs(), err, c.version)
+		}
+	}
+}

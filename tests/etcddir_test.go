@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,49 +30,12 @@ import (
 // etcdVersion is the etcd testdata/etcd pins.
 const etcdVersion = "v3.7.3"
 
-var buildEtcd sync.Mutex
-
 // etcdPath returns the etcd server in $SETT_ETCD (make bin/etcd builds
 // it), or builds one from testdata/etcd into the user's cache directory,
 // where later runs find it.
 func etcdPath(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("SETT_ETCD"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SETT_ETCD: %v", err)
-		}
-		return p
-	}
-	buildEtcd.Lock()
-	defer buildEtcd.Unlock()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sett-test", "etcd-"+etcdVersion)
-	bin := filepath.Join(dir, "etcd")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-	cmd := exec.Command(gobin, "build", "-o", tmp, ".")
-	cmd.Dir = filepath.Join("..", "testdata", "etcd")
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	t.Logf("building etcd %s into %s", etcdVersion, dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build etcd: %v\n%s", err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return pinnedBinary(t, "SETT_ETCD", "etcd", etcdVersion)
 }
 
 // etcdProc is a real etcd server running as a child process.

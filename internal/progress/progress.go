@@ -56,6 +56,15 @@ func (p *Bar) Set(n int64) {
 	}
 }
 
+// SetOf reports that n of total units are done, for a step that learns
+// its total once under way.
+func (p *Bar) SetOf(n, total int64) {
+	if p.bar != nil && p.bar.GetMax64() != total {
+		p.bar.ChangeMax64(total)
+	}
+	p.Set(n)
+}
+
 // During runs f, which cannot tell how far it has got, and reports the
 // seconds it has been running until it returns.
 func (p *Bar) During(f func() error) error {

@@ -1,0 +1,53 @@
+// Package cmdline holds what sett's commands need from urfave/cli beyond
+// what it parses: arguments with flags after them.
+package cmdline
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"slices"
+
+	"github.com/urfave/cli/v2"
+)
+
+// OneArg returns the command's one argument, or an error saying usage
+// when there is not exactly one. Flags may follow it, as etcdctl and
+// etcdutl allow (`snapshot restore FILE --data-dir DIR`): urfave/cli
+// stops parsing flags at the first argument, so the rest are parsed here.
+func OneArg(c *cli.Context, usage string) (string, error) {
+	args := c.Args().Slice()
+	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	for _, f := range c.Command.Flags {
+		if err := f.Apply(set); err != nil {
+			return "", err
+		}
+	}
+	var pos []string
+	for len(args) > 0 {
+		if err := set.Parse(args); err != nil {
+			return "", err
+		}
+		if args = set.Args(); len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	var err error
+	set.Visit(func(f *flag.Flag) {
+		for _, cf := range c.Command.Flags {
+			if slices.Contains(cf.Names(), f.Name) {
+				for _, name := range cf.Names() { // and its aliases
+					err = errors.Join(err, c.Set(name, f.Value.String()))
+				}
+			}
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New(usage)
+	}
+	return pos[0], nil
+}
