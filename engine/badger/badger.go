@@ -637,9 +637,12 @@ func Exists(dir string) bool {
 }
 
 // OpenDir opens a Badger store in dir with the default options and
-// returns it with how to close it, for a command that fills a new store.
+// returns it with how to close it, for a command that fills a new store
+// (a restore, an import). The data files' resident pages are trimmed as
+// a server's are by default: a bulk load touches every table it writes
+// and merges, and would otherwise hold them all in its resident set.
 func OpenDir(dir string) (engine.Engine, func() error, error) {
-	db, err := Open(Options{Dir: dir})
+	db, err := Open(Options{Dir: dir, MappedLimit: 32 << 20})
 	if err != nil {
 		return nil, nil, err
 	}
