@@ -139,45 +139,17 @@ func Import(ctx context.Context, dir string, eng engine.Engine, opts Options) (r
 }
 
 // Opener opens a new engine in dir and returns how to close it.
-type Opener func(dir string) (engine.Engine, func() error, error)
+type Opener = engine.Opener
 
 // ImportInto imports the etcd member in from into the store directory
 // to, which must not exist or be empty. The store is built beside to and
 // renamed into place once whole, so a failed or interrupted import
 // leaves no store that could be mistaken for a finished one.
 func ImportInto(ctx context.Context, from, to string, open Opener, opts Options) (Result, error) {
-	entries, err := os.ReadDir(to)
-	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
-		return Result{}, fmt.Errorf("%q is not empty or could not be read: an import makes a new store", to)
-	}
-	parent := filepath.Dir(to)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return Result{}, err
-	}
-	tmp, err := os.MkdirTemp(parent, filepath.Base(to)+".import-")
-	if err != nil {
-		return Result{}, err
-	}
-	eng, closeEng, err := open(tmp)
-	if err != nil {
-		os.RemoveAll(tmp)
-		return Result{}, err
-	}
-	res, err := Import(ctx, from, eng, opts)
-	err = errors.Join(err, closeEng())
-	if err == nil {
-		os.Remove(to) // empty, if it exists
-		err = os.Rename(tmp, to)
-	}
-	if err != nil {
-		os.RemoveAll(tmp)
-		return res, err
-	}
-	// The rename is what makes the store whole; it must survive a cut.
-	d, err := os.Open(parent)
-	if err != nil {
-		return res, err
-	}
-	defer d.Close()
-	return res, d.Sync()
+	var res Result
+	err := engine.BuildDir(to, open, func(eng engine.Engine) (err error) {
+		res, err = Import(ctx, from, eng, opts)
+		return err
+	})
+	return res, err
 }

@@ -184,7 +184,7 @@ func (s *File) IsEtcd() bool { return etcdsnap.IsSnapshot(s.f) }
 
 // An Opener opens a new, empty engine in dir; restore and conversion use
 // it for the store they fill. The closer closes the engine.
-type Opener func(dir string) (engine.Engine, func() error, error)
+type Opener = engine.Opener
 
 // Progress tells how far a long step has got; Set takes the units done.
 type Progress interface {
