@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,72 +37,18 @@ func etcdPath(t *testing.T) string {
 	return pinnedBinary(t, "SETT_ETCD", "etcd", etcdVersion)
 }
 
-// etcdProc is a real etcd server running as a child process.
-type etcdProc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	addr   string
-	logf   string
-	exited chan struct{}
-}
-
 // startEtcdProc runs etcd on dir, peer URL peer, with extra flags, and
 // waits until it answers a read.
-func startEtcdProc(t *testing.T, dir, peer string, extra ...string) *etcdProc {
+func startEtcdProc(t *testing.T, dir, peer string, extra ...string) *peerProc {
 	t.Helper()
 	addr := harness.FreeAddr(t)
-	logf := filepath.Join(t.TempDir(), "etcd.log")
-	f, err := os.Create(logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	args := append([]string{
 		"--name", "default", "--data-dir", dir,
 		"--listen-client-urls", "http://" + addr, "--advertise-client-urls", "http://" + addr,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "default=" + peer, "--log-level", "warn",
 	}, extra...)
-	cmd := exec.Command(etcdPath(t), args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	e := &etcdProc{t: t, cmd: cmd, addr: addr, logf: logf, exited: make(chan struct{})}
-	go func() { cmd.Wait(); close(e.exited) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-e.exited })
-	cli := harness.NewClient(t, addr)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Get(ctx, "readiness-probe")
-		cancel()
-		if err == nil {
-			return e
-		}
-		select {
-		case <-e.exited:
-			b, _ := os.ReadFile(logf)
-			t.Fatalf("etcd exited before serving:\n%s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd did not answer within 30s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (e *etcdProc) signal(sig syscall.Signal) {
-	e.t.Helper()
-	if err := e.cmd.Process.Signal(sig); err != nil {
-		e.t.Fatal(err)
-	}
-	select {
-	case <-e.exited:
-	case <-time.After(30 * time.Second):
-		e.t.Fatalf("etcd did not exit on %v", sig)
-	}
+	return startPeerProc(t, "etcd", etcdPath(t), addr, 30*time.Second, args...)
 }
 
 // history is every key-value at every revision from a compact

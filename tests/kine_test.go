@@ -27,69 +27,15 @@ import (
 // kineVersion is the kine testdata/kine pins.
 const kineVersion = "v0.17.5"
 
-// kineProc is a real kine running as a child process.
-type kineProc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	addr   string
-	logf   string
-	exited chan struct{}
-}
-
 // startKine runs kine ($SETT_KINE, or built from testdata/kine) on
 // endpoint and waits until it answers a read. Its compactions run when a
 // client asks, and keep no minimum of revisions, so a test can compact
 // where it likes.
-func startKine(t *testing.T, endpoint string) *kineProc {
+func startKine(t *testing.T, endpoint string) *peerProc {
 	t.Helper()
 	addr := harness.FreeAddr(t)
-	logf := filepath.Join(t.TempDir(), "kine.log")
-	f, err := os.Create(logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(pinnedBinary(t, "SETT_KINE", "kine", kineVersion),
-		"--endpoint", endpoint, "--listen-address", addr,
-		"--compact-interval", "0", "--compact-min-retain", "0")
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	k := &kineProc{t: t, cmd: cmd, addr: addr, logf: logf, exited: make(chan struct{})}
-	go func() { cmd.Wait(); close(k.exited) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-k.exited })
-	cli := harness.NewClient(t, addr)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Get(ctx, "/readiness-probe")
-		cancel()
-		if err == nil {
-			return k
-		}
-		select {
-		case <-k.exited:
-			b, _ := os.ReadFile(logf)
-			t.Fatalf("kine exited before serving:\n%s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf)
-			t.Fatalf("kine did not answer within 60s: %v\n%s", err, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (k *kineProc) stop() {
-	k.t.Helper()
-	k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.exited:
-	case <-time.After(30 * time.Second):
-		k.t.Fatal("kine did not stop within 30s of SIGTERM")
-	}
+	return startPeerProc(t, "kine", pinnedBinary(t, "SETT_KINE", "kine", kineVersion), addr, 60*time.Second,
+		"--endpoint", endpoint, "--listen-address", addr, "--compact-interval", "0", "--compact-min-retain", "0")
 }
 
 // kineLoad drives kine as kube-apiserver does (creates, updates and
@@ -288,7 +234,7 @@ func TestImportKine(t *testing.T) {
 		t.Fatalf("kine did not compact at %d: %v", compacted, err)
 	}
 	kineEvents := eventLine(watchUntil(t, kc, "/registry/", compacted+1, last))
-	k.stop()
+	k.signal(syscall.SIGTERM)
 	dbSum := fileSum(t, dbPath)
 
 	dir := filepath.Join(t.TempDir(), "sett")
@@ -479,7 +425,7 @@ func TestImportKinePostgres(t *testing.T) {
 		kineHistory[rev] = kvLine(resp.Kvs)
 	}
 	kineEvents := eventLine(watchUntil(t, kc, "/registry/", compacted+1, last))
-	k.stop()
+	k.signal(syscall.SIGTERM)
 
 	dir := filepath.Join(t.TempDir(), "sett")
 	imp := spawn(t, "import", "kine", "--endpoint", endpoint, "--data-dir", dir)

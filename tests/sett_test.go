@@ -272,3 +272,68 @@ func (c *child) logTail() string {
 	}
 	return string(b)
 }
+
+// peerProc is another project's server (etcd, kine) running as a child
+// process beside sett.
+type peerProc struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	addr   string
+	logf   string
+	exited chan struct{}
+}
+
+// startPeerProc runs exe with args, serving clients at addr, and waits up
+// to wait until it answers a read.
+func startPeerProc(t *testing.T, name, exe, addr string, wait time.Duration, args ...string) *peerProc {
+	t.Helper()
+	logf := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &peerProc{t: t, name: name, cmd: cmd, addr: addr, logf: logf, exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	cli := harness.NewClient(t, addr)
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "/readiness-probe")
+		cancel()
+		if err == nil {
+			return p
+		}
+		select {
+		case <-p.exited:
+			b, _ := os.ReadFile(logf)
+			t.Fatalf("%s exited before serving:\n%s", name, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logf)
+			t.Fatalf("%s did not answer within %v: %v\n%s", name, wait, err, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// signal sends sig and waits for the process to exit.
+func (p *peerProc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("%s did not exit on %v", p.name, sig)
+	}
+}
