@@ -59,6 +59,15 @@ func TestTwoServersInOneProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A client that syncs its endpoints from the member list finds
+		// the port bound, not :0.
+		ml, err := cli.MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ml.Members[0].ClientURLs; fmt.Sprint(got) != fmt.Sprint(srv.ClientURLs()) {
+			t.Errorf("server %d: member list client URLs %q, want %q", i, got, srv.ClientURLs())
+		}
 		wctx, stopWatch := context.WithCancel(ctx)
 		watch := cli.Watch(wctx, "k", clientv3.WithPrefix())
 		own := fmt.Sprintf("server %d", i)

@@ -381,5 +381,10 @@ func (s *Server) clientURLs() []string {
 	if len(s.cfg.AdvertiseClientURLs) > 0 {
 		return s.cfg.AdvertiseClientURLs
 	}
+	// The URLs bound, so that a port of 0 is reported as the one a
+	// client can reach.
+	if urls := s.ClientURLs(); len(urls) > 0 {
+		return urls
+	}
 	return s.cfg.ListenClientURLs
 }
