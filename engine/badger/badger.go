@@ -181,6 +181,13 @@ func Open(o Options) (*DB, error) {
 		if err := checkTables(o.Dir); err != nil {
 			return nil, err
 		}
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		if _, err := forgetLostTables(o.Dir, log); err != nil {
+			return nil, err
+		}
 	}
 	db, err := bdg.Open(opts)
 	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
