@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package forgetfs is a FUSE file system that forgets, for tests of what
 // a power cut keeps. It passes every request through to a backing
 // directory, so a program on it sees its writes at once, as it would
