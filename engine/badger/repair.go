@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	bdg "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/pb"
@@ -92,4 +93,53 @@ func forgetLostTables(dir string, log *slog.Logger) ([]uint64, error) {
 	log.Warn("the MANIFEST named memtable flushes whose tables a power cut took; Badger rebuilds them from the memtable logs",
 		"tables", lost, "logs", len(logs))
 	return lost, nil
+}
+
+// dropEmptyLogs removes the memtable and value log files a power cut left
+// empty. Badger sizes a new log file with ftruncate and syncs its data
+// with each commit, but not the size before the first: a cut before
+// then leaves a name for a file of no bytes, which held no commit, and
+// Badger refuses to open it ("while opening fid: 2 err: Create a new
+// file"). It reports the files it removed.
+func dropEmptyLogs(dir string) ([]string, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var dropped []string
+	for _, de := range des {
+		name := de.Name()
+		if !strings.HasSuffix(name, ".mem") && !strings.HasSuffix(name, ".vlog") {
+			continue
+		}
+		info, err := de.Info()
+		if err != nil {
+			return nil, err
+		}
+		if info.Size() != 0 {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+		dropped = append(dropped, name)
+	}
+	if len(dropped) > 0 {
+		if err := syncDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	return dropped, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync data dir: %w", err)
+	}
+	return nil
 }
