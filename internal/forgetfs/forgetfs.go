@@ -226,7 +226,13 @@ func (f *FS) Unmount() error {
 	if srv == nil {
 		return nil
 	}
-	return unmount(srv)
+	if err := unmount(srv); err != nil {
+		// Something still holds it: detach it, so that the directory
+		// under it can go, and say so.
+		syscall.Unmount(f.mnt, syscall.MNT_DETACH)
+		return err
+	}
+	return nil
 }
 
 func unmount(srv *fuse.Server) error {
