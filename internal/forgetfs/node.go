@@ -108,6 +108,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	// O_CREAT of a name that exists opens that file.
 	if o := n.fs.liveObject(ch.StableAttr().Ino); o != nil {
+		if flags&syscall.O_TRUNC != 0 {
+			o.truncated(0)
+		}
 		return ch, &handle{lf: fh.(*fs.LoopbackFile), obj: o, fs: n.fs}, fl, 0
 	}
 	drop()
