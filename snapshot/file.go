@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
@@ -94,7 +95,9 @@ func WriteFile(store *mvcc.Store, path string) error {
 }
 
 // writeFileAtomic writes path through fill into path.part, syncs it and
-// renames it into place, so a crash leaves no partial file under path.
+// renames it into place, so a crash leaves no partial file under path,
+// then syncs the directory, so a power cut does not undo the rename: a
+// snapshot reported written is there after one.
 func writeFileAtomic(path string, fill func(io.Writer) error) error {
 	tmp := path + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -113,8 +116,21 @@ func writeFileAtomic(path string, fill func(io.Writer) error) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+		return err
 	}
-	return err
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // File is an open snapshot file of either format: its data (a sett

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +54,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		reqs := crashWrite(t, sett, cycle, workers, target)
 		all = append(all, reqs...)
 		sett = startChild(t, dir, addr)
-		crashVerify(t, sett.addr, all)
+		crashVerify(t, sett.addr, all, 1)
 		if t.Failed() {
 			return
 		}
@@ -78,93 +79,7 @@ func crashWrite(t *testing.T, sett *child, cycle, workers, target int) []*crashR
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewSource(int64(cycle*1000 + w)))
-			var live []string // keys this worker has put and not deleted
-			lastRev := map[string]int64{}
-			prev := int64(0) // this worker's last acknowledged revision
-			for seq := 0; ctx.Err() == nil; seq++ {
-				req := &crashReq{cycle: cycle, worker: w}
-				newKey := fmt.Sprintf("crash/c%d/w%02d/%05d", cycle, w, seq)
-				val := func(key string) string { return fmt.Sprintf("%s@c%d.w%d.s%d", key, cycle, w, seq) }
-				var op clientv3.Op
-				var isTxn bool
-				var old string
-				if len(live) > 0 {
-					old = live[r.Intn(len(live))]
-				}
-				switch n := r.Intn(20); {
-				case old == "" || n < 10:
-					req.ops = []crashOp{{key: newKey, value: val(newKey)}}
-					op = clientv3.OpPut(newKey, val(newKey))
-				case n < 15:
-					req.ops = []crashOp{{key: old, value: val(old)}}
-					op = clientv3.OpPut(old, val(old))
-				case n < 18:
-					isTxn = true
-					req.ops = []crashOp{{key: old, value: val(old)}, {key: newKey, value: val(newKey)}}
-				default:
-					req.ops = []crashOp{{key: old, del: true}}
-					op = clientv3.OpDelete(old)
-				}
-				reqs[w] = append(reqs[w], req)
-
-				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-				inflight.Add(1)
-				var rev int64
-				var err error
-				if isTxn {
-					var resp *clientv3.TxnResponse
-					resp, err = cli.Txn(rctx).
-						If(clientv3.Compare(clientv3.ModRevision(old), "=", lastRev[old])).
-						Then(clientv3.OpPut(old, val(old)), clientv3.OpPut(newKey, val(newKey))).
-						Else(clientv3.OpGet(old)).
-						Commit()
-					if err == nil {
-						rev = resp.Header.Revision
-						if !resp.Succeeded {
-							t.Errorf("worker %d: txn comparing mod_revision(%s) = %d failed: %v", w, old, lastRev[old], resp)
-						}
-					}
-				} else {
-					var resp clientv3.OpResponse
-					resp, err = cli.Do(rctx, op)
-					if err == nil {
-						if d := resp.Del(); d != nil {
-							rev = d.Header.Revision
-							if d.Deleted != 1 {
-								t.Errorf("worker %d: delete %s deleted %d keys, want 1", w, old, d.Deleted)
-							}
-						} else {
-							rev = resp.Put().Header.Revision
-						}
-					}
-				}
-				inflight.Add(-1)
-				rcancel()
-				if err != nil {
-					// Only the kill may fail a request; its outcome is unknown.
-					if !killed.Load() {
-						t.Errorf("worker %d: write before the kill failed: %v", w, err)
-					}
-					return
-				}
-				if rev <= prev {
-					t.Errorf("worker %d: write acknowledged at revision %d after one at %d", w, rev, prev)
-				}
-				prev, req.acked, req.rev = rev, true, rev
-				for _, o := range req.ops {
-					if o.del {
-						delete(lastRev, o.key)
-						live = remove(live, o.key)
-					} else {
-						if _, ok := lastRev[o.key]; !ok {
-							live = append(live, o.key)
-						}
-						lastRev[o.key] = rev
-					}
-				}
-				acked.Add(1)
-			}
+			reqs[w] = crashWorker(ctx, t, cli, cycle, w, int64(cycle*1000+w), false, &killed, &acked, &inflight)
 		}()
 	}
 
@@ -197,6 +112,117 @@ func crashWrite(t *testing.T, sett *child, cycle, workers, target int) []*crashR
 	return out
 }
 
+// crashWorker is worker w of a crash test's cycle: it writes over cli,
+// one request at a time, until ctx ends or a request fails, which only
+// the kill may cause (killed is set first). It counts the requests in
+// flight and those acknowledged, and returns every request it sent.
+//
+// A big worker pads a quarter of its values past Badger's value
+// threshold (bigPad), so that they go to the value log; crashValue
+// takes the padding off again.
+func crashWorker(ctx context.Context, t *testing.T, cli *clientv3.Client, cycle, w int, seed int64, big bool, killed *atomic.Bool, acked, inflight *atomic.Int64) []*crashReq {
+	r := rand.New(rand.NewSource(seed))
+	var reqs []*crashReq
+	var live []string // keys this worker has put and not deleted
+	lastRev := map[string]int64{}
+	prev := int64(0) // this worker's last acknowledged revision
+	for seq := 0; ctx.Err() == nil; seq++ {
+		req := &crashReq{cycle: cycle, worker: w}
+		newKey := fmt.Sprintf("crash/c%d/w%02d/%05d", cycle, w, seq)
+		val := func(key string) string { return fmt.Sprintf("%s@c%d.w%d.s%d", key, cycle, w, seq) }
+		send := func(v string) string { return v }
+		if big && r.Intn(4) == 0 {
+			send = func(v string) string { return v + strings.Repeat("#", bigPad) }
+		}
+		var op clientv3.Op
+		var isTxn bool
+		var old string
+		if len(live) > 0 {
+			old = live[r.Intn(len(live))]
+		}
+		switch n := r.Intn(20); {
+		case old == "" || n < 10:
+			req.ops = []crashOp{{key: newKey, value: val(newKey)}}
+			op = clientv3.OpPut(newKey, send(val(newKey)))
+		case n < 15:
+			req.ops = []crashOp{{key: old, value: val(old)}}
+			op = clientv3.OpPut(old, send(val(old)))
+		case n < 18:
+			isTxn = true
+			req.ops = []crashOp{{key: old, value: val(old)}, {key: newKey, value: val(newKey)}}
+		default:
+			req.ops = []crashOp{{key: old, del: true}}
+			op = clientv3.OpDelete(old)
+		}
+		reqs = append(reqs, req)
+
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		inflight.Add(1)
+		var rev int64
+		var err error
+		if isTxn {
+			var resp *clientv3.TxnResponse
+			resp, err = cli.Txn(rctx).
+				If(clientv3.Compare(clientv3.ModRevision(old), "=", lastRev[old])).
+				Then(clientv3.OpPut(old, val(old)), clientv3.OpPut(newKey, send(val(newKey)))). // one big value: two are past the client's limit
+				Else(clientv3.OpGet(old)).
+				Commit()
+			if err == nil {
+				rev = resp.Header.Revision
+				if !resp.Succeeded {
+					t.Errorf("worker %d: txn comparing mod_revision(%s) = %d failed: %v", w, old, lastRev[old], resp)
+				}
+			}
+		} else {
+			var resp clientv3.OpResponse
+			resp, err = cli.Do(rctx, op)
+			if err == nil {
+				if d := resp.Del(); d != nil {
+					rev = d.Header.Revision
+					if d.Deleted != 1 {
+						t.Errorf("worker %d: delete %s deleted %d keys, want 1", w, old, d.Deleted)
+					}
+				} else {
+					rev = resp.Put().Header.Revision
+				}
+			}
+		}
+		inflight.Add(-1)
+		rcancel()
+		if err != nil {
+			// Only the kill may fail a request; its outcome is unknown.
+			if !killed.Load() {
+				t.Errorf("worker %d: write before the kill failed: %v", w, err)
+			}
+			return reqs
+		}
+		if rev <= prev {
+			t.Errorf("worker %d: write acknowledged at revision %d after one at %d", w, rev, prev)
+		}
+		prev, req.acked, req.rev = rev, true, rev
+		for _, o := range req.ops {
+			if o.del {
+				delete(lastRev, o.key)
+				live = remove(live, o.key)
+			} else {
+				if _, ok := lastRev[o.key]; !ok {
+					live = append(live, o.key)
+				}
+				lastRev[o.key] = rev
+			}
+		}
+		acked.Add(1)
+	}
+	return reqs
+}
+
+// bigPad is what a big worker pads a value with: past Badger's value
+// threshold of 1 MiB (engine/badger), within etcd's request limit.
+const bigPad = 1<<20 + 64<<10
+
+// crashValue is a value as a worker recorded it, without its padding.
+func crashValue(v []byte) string { return strings.TrimRight(string(v), "#") }
+
 func remove(keys []string, k string) []string {
 	for i, x := range keys {
 		if x == k {
@@ -207,8 +233,9 @@ func remove(keys []string, k string) []string {
 }
 
 // crashVerify checks the restarted sett at addr against every request sent
-// so far.
-func crashVerify(t *testing.T, addr string, reqs []*crashReq) {
+// so far: the state it holds now, and the history of the requests of
+// cycle historyFrom and later, each put read back at its revision.
+func crashVerify(t *testing.T, addr string, reqs []*crashReq, historyFrom int) {
 	cli := harness.NewClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -223,7 +250,7 @@ func crashVerify(t *testing.T, addr string, reqs []*crashReq) {
 	}
 	state := map[string]kv{}
 	for _, x := range got.Kvs {
-		state[string(x.Key)] = kv{string(x.Value), x.CreateRevision, x.ModRevision, x.Version}
+		state[string(x.Key)] = kv{crashValue(x.Value), x.CreateRevision, x.ModRevision, x.Version}
 	}
 
 	// Two acknowledged write requests never share a revision, and the
@@ -319,7 +346,7 @@ func crashVerify(t *testing.T, addr string, reqs []*crashReq) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, r := range reqs {
-		if !r.acked {
+		if !r.acked || r.cycle < historyFrom {
 			continue
 		}
 		for _, o := range r.ops {
@@ -333,8 +360,11 @@ func crashVerify(t *testing.T, addr string, reqs []*crashReq) {
 					t.Errorf("get %s at %d: %v", o.key, r.rev, err)
 				case o.del && len(g.Kvs) != 0:
 					t.Errorf("get %s at %d, its delete's revision: %v", o.key, r.rev, g.Kvs)
-				case !o.del && (len(g.Kvs) != 1 || string(g.Kvs[0].Value) != o.value || g.Kvs[0].ModRevision != r.rev):
-					t.Errorf("get %s at %d: %v, want value %q at mod_revision %d", o.key, r.rev, g.Kvs, o.value, r.rev)
+				case !o.del && len(g.Kvs) != 1:
+					t.Errorf("get %s at %d: %d keys, want value %q at mod_revision %d", o.key, r.rev, len(g.Kvs), o.value, r.rev)
+				case !o.del && (crashValue(g.Kvs[0].Value) != o.value || g.Kvs[0].ModRevision != r.rev):
+					t.Errorf("get %s at %d: %q at mod_revision %d, want value %q at mod_revision %d",
+						o.key, r.rev, crashValue(g.Kvs[0].Value), g.Kvs[0].ModRevision, o.value, r.rev)
 				}
 			}()
 		}

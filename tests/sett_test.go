@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,10 +144,29 @@ func startChild(t testing.TB, dir, addr string) *child {
 		"--name", "default",
 		"--log-format", "json")
 	c.addr = addr
+	c.awaitListening()
 	cli := harness.NewClient(t, addr)
 	defer cli.Close()
 	c.awaitReady(cli)
 	return c
+}
+
+// awaitListening waits until something accepts connections at c.addr,
+// or c exits: a client dialing earlier is refused and waits out gRPC's
+// reconnect backoff, a second or more, before it tries again.
+func (c *child) awaitListening() {
+	c.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if conn, err := net.DialTimeout("tcp", c.addr, time.Second); err == nil {
+			conn.Close()
+			return
+		}
+		select {
+		case <-c.exited:
+			return // awaitReady says how
+		default:
+		}
+	}
 }
 
 // spawn runs the sett command line with args as a child process, killed

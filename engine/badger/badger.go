@@ -99,6 +99,9 @@ const (
 type DB struct {
 	db  *bdg.DB
 	dir string // empty in memory
+	// names syncs the data directory when Badger changed a name in it
+	// (see dirSync); nil in memory.
+	names *dirSync
 
 	// gate lets GC hold commits off while it flushes the memtables:
 	// Badger refuses writes during that step instead of queueing them.
@@ -181,6 +184,20 @@ func Open(o Options) (*DB, error) {
 		if err := checkTables(o.Dir); err != nil {
 			return nil, err
 		}
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		if _, err := forgetLostTables(o.Dir, log); err != nil {
+			return nil, err
+		}
+		dropped, err := dropEmptyLogs(o.Dir)
+		if err != nil {
+			return nil, err
+		}
+		if len(dropped) > 0 {
+			log.Warn("removed the empty logs a power cut left; they held no commit", "files", dropped)
+		}
 	}
 	db, err := bdg.Open(opts)
 	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
@@ -203,6 +220,10 @@ func Open(o Options) (*DB, error) {
 	}
 	if !o.InMemory {
 		d.dir = o.Dir
+		if d.names, err = newDirSync(o.Dir); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	go d.trim(o.MappedLimit)
 	return d, nil
@@ -293,6 +314,9 @@ func (d *DB) SetSyncObserver(o engine.SyncObserver) { d.syncs.Store(&o) }
 func (d *DB) Close() error {
 	d.closeTrim.Do(func() { close(d.stopTrim) })
 	<-d.trimDone
+	if d.names != nil {
+		d.names.close()
+	}
 	return d.db.Close()
 }
 
@@ -319,6 +343,10 @@ func (d *DB) GC() error {
 	}
 	for {
 		err := d.db.RunValueLogGC(0.5)
+		// A rewrite moves values into a value log file it starts.
+		if err := d.settleNames(); err != nil {
+			return fmt.Errorf("value log gc: %w", err)
+		}
 		switch {
 		case errors.Is(err, bdg.ErrNoRewrite), errors.Is(err, bdg.ErrRejected), errors.Is(err, bdg.ErrGCInMemoryMode):
 			return nil
@@ -326,6 +354,15 @@ func (d *DB) GC() error {
 			return fmt.Errorf("value log gc: %w", mapErr(err))
 		}
 	}
+}
+
+// settleNames syncs the data directory if Badger changed a name in it
+// since it was last synced.
+func (d *DB) settleNames() error {
+	if d.names == nil {
+		return nil
+	}
+	return d.names.settle()
 }
 
 // flushKey is a key only flush writes, and the engine's readers never
@@ -520,8 +557,15 @@ func (t *txn) Commit(ctx context.Context) error {
 	t.db.gate.RLock()
 	start := time.Now()
 	err := t.txn.Commit()
-	took := time.Since(start)
 	t.db.gate.RUnlock()
+	if err == nil {
+		// The commit may be in a value log or memtable log Badger just
+		// started, whose name must be as durable as its data.
+		if err := t.db.settleNames(); err != nil {
+			return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+		}
+	}
+	took := time.Since(start)
 	if err == nil {
 		if o := t.db.syncs.Load(); o != nil {
 			(*o).Synced(t.bytes, took)
