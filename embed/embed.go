@@ -79,7 +79,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := makeDir(dir); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	mem := newBudget(cfg.MemoryLimit)
@@ -309,4 +309,22 @@ func (s *Server) Close() error {
 		s.closeErr = s.closeOpened()
 	})
 	return s.closeErr
+}
+
+// makeDir creates dir if it is missing, with its parent synced: a power
+// cut after the first commits must not take the directory, and them
+// with it.
+func makeDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	parent, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return parent.Sync()
 }
