@@ -62,12 +62,20 @@ test-tikv:
 	$(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv ./cluster
 	$(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestDifferentialAuth|TestScripts)$$' ./server
 
-# The process benchmark: bin/sett and a real etcd (bin/etcd) each run as
-# their own process on fresh temp data dirs, driven by one load generator,
-# which reads each server's CPU and memory from /proc.
+# The process benchmark: bin/sett, a real etcd (bin/etcd) and T4 (bin/t4)
+# each run as their own process on fresh temp data dirs, driven by one
+# load generator, which reads each server's CPU and memory from /proc.
 bench: build bin/etcd
+	-$(MAKE) bin/t4
 	$(GO) build -o bin/load ./bench/load
-	./bin/load -sett bin/sett -etcd bin/etcd $(BENCH_FLAGS)
+	./bin/load -sett bin/sett -etcd bin/etcd -t4 bin/t4 \
+		-servers $$(test -x bin/t4 && echo etcd,sett,t4 || echo etcd,sett) $(BENCH_FLAGS)
+
+# T4 (github.com/t4db/t4, v1.1.17 as pinned in testdata/t4), another
+# single-node store with an etcd face, run by `make bench` as a third
+# server where it builds.
+bin/t4: testdata/t4/go.mod testdata/t4/go.sum
+	cd testdata/t4 && GOWORK=off $(GO) build -o $(CURDIR)/bin/t4 github.com/t4db/t4/cmd/t4
 
 # The etcd server, v3.7.3 as pinned in testdata/etcd, built from etcd's own
 # main package (see testdata/etcd/go.mod).

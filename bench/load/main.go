@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -72,17 +73,21 @@ type workload struct {
 	name     string
 	run      func(b *bench, ctx context.Context, kind string) error
 	settOnly bool
+	// noT4 leaves T4 out: the workload needs a flag T4 has no
+	// counterpart of.
+	noT4 bool
 }
 
 var workloads = []workload{
-	{"1 mixed", (*bench).mixed, false},
-	{"2 restart", (*bench).restart, false},
-	{"3+4 count and list", (*bench).countAndList, false},
-	{"5 creates", (*bench).creates, false},
-	{"6 stalled watchers", (*bench).stalledWatchers, false},
-	{"7 mixed, memory limit", (*bench).mixedLimited, true},
-	{"8 leases", (*bench).leases, false},
-	{"9 watch delay under lists", (*bench).watchDelay, false},
+	{"1 mixed", (*bench).mixed, false, false},
+	{"2 restart", (*bench).restart, false, false},
+	{"3+4 count and list", (*bench).countAndList, false, false},
+	{"5 creates", (*bench).creates, false, false},
+	{"6 stalled watchers", (*bench).stalledWatchers, false, false},
+	{"7 mixed, memory limit", (*bench).mixedLimited, true, false},
+	{"8 leases", (*bench).leases, false, false},
+	// T4 has no progress-notification interval to set.
+	{"9 watch delay under lists", (*bench).watchDelay, false, true},
 }
 
 func main() {
@@ -91,10 +96,11 @@ func main() {
 
 func run() int {
 	var cfg config
-	var settBin, etcdBin string
+	var settBin, etcdBin, t4Bin string
 	var scale float64
 	flag.StringVar(&settBin, "sett", "bin/sett", "the sett binary")
 	flag.StringVar(&etcdBin, "etcd", "bin/etcd", "the etcd binary")
+	flag.StringVar(&t4Bin, "t4", "bin/t4", "the T4 binary (a third server, with -servers etcd,sett,t4)")
 	flag.Float64Var(&scale, "scale", 1, "multiply every request and key count by this (0.1 for a quick run)")
 	flag.IntVar(&cfg.mixedOps, "mixed-ops", 80_000, "operations in the mixed load (workloads 1 and 7)")
 	flag.IntVar(&cfg.mixedWorkers, "mixed-workers", 16, "concurrent clients of the mixed load")
@@ -118,15 +124,18 @@ func run() int {
 	flag.IntVar(&cfg.delayKeys, "delay-keys", 5_000, "1 KiB keys the listers of workload 9 list")
 	flag.DurationVar(&cfg.delayFor, "delay-for", 10*time.Second, "how long workload 9's writer writes, one put every 100 ms")
 	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words")
-	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated")
+	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated, of etcd, sett and t4")
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
 	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
 	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
 	flag.Parse()
 	cfg.scaleBy(scale)
 
-	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin}}
+	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin, "t4": t4Bin}}
 	for kind, bin := range b.bins {
+		if !cfg.runs(kind) {
+			continue
+		}
 		if _, err := exec.LookPath(bin); err != nil {
 			fmt.Fprintf(os.Stderr, "%s binary: %v\n", kind, err)
 			return 1
@@ -159,6 +168,9 @@ func run() int {
 	defer cancel()
 	start := time.Now()
 	fmt.Printf("process benchmark: sett (%s), etcd (%s), data under %s\n", version(settBin), version(etcdBin), root)
+	if cfg.runs("t4") {
+		fmt.Printf("and T4 (%s)\n", version(t4Bin))
+	}
 	// Every figure must say how loaded the machine was.
 	b.res.loadStart = loadAverage()
 	fmt.Printf("load average at start: %s\n", b.res.loadStart)
@@ -166,12 +178,12 @@ func run() int {
 		if !cfg.selected(w.name) {
 			continue
 		}
-		kinds := []string{"etcd", "sett"}
-		if i%2 == 1 {
-			kinds = []string{"sett", "etcd"}
-		}
+		// Each workload starts with another server, so none always
+		// runs first (on a machine the one before has just warmed).
+		kinds := []string{"etcd", "sett", "t4"}
+		kinds = append(kinds[i%3:], kinds[:i%3]...)
 		for _, kind := range kinds {
-			if w.settOnly && kind != "sett" || !strings.Contains(cfg.servers, kind) {
+			if w.settOnly && kind != "sett" || !cfg.runs(kind) || kind == "t4" && w.noT4 {
 				continue
 			}
 			if ctx.Err() != nil {
@@ -229,6 +241,11 @@ func (c *config) scaleBy(f float64) {
 	for _, n := range []*int{&c.mixedOps, &c.restartKeys, &c.countKeys, &c.createsMany, &c.createsOne, &c.updates, &c.gets, &c.watchEvents, &c.leases, &c.delayKeys} {
 		*n = max(1, int(float64(*n)*f))
 	}
+}
+
+// runs reports whether -servers names kind.
+func (c *config) runs(kind string) bool {
+	return slices.Contains(strings.Split(c.servers, ","), kind)
 }
 
 func (c *config) selected(name string) bool {

@@ -77,9 +77,10 @@ func (f *figure) cell(kind string) string {
 	return s
 }
 
-func (f *figure) ratio() string {
+// ratio is sett's value over other's.
+func (f *figure) ratio(other string) string {
 	s, ok1 := f.value["sett"]
-	e, ok2 := f.value["etcd"]
+	e, ok2 := f.value[other]
 	// A ratio of signed figures (a delay that can be negative) means
 	// nothing.
 	if !ok1 || !ok2 || e <= 0 || s < 0 {
@@ -133,13 +134,33 @@ func commas(n int64) string {
 	return b.String()
 }
 
-// printTable prints every figure with sett's value, etcd's and their ratio.
+// hasT4 reports whether any figure has a value of T4's.
+func (r *results) hasT4() bool {
+	for _, f := range r.figures {
+		if _, ok := f.value["t4"]; ok || f.note["t4"] != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// printTable prints every figure with sett's value, etcd's and their
+// ratio, and T4's and sett's ratio to it when T4 ran.
 func (r *results) printTable(w io.Writer) {
 	fmt.Fprintf(w, "load average (1, 5, 15 min): %s at start, %s at end\n\n", r.loadStart, r.loadEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tsett/etcd\t")
+	t4 := r.hasT4()
+	if t4 {
+		fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tt4\tsett/etcd\tsett/t4\t")
+	} else {
+		fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tsett/etcd\t")
+	}
 	for _, f := range r.figures {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", f.workload, f.metric, f.unit, f.cell("sett"), f.cell("etcd"), f.ratio())
+		if t4 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.workload, f.metric, f.unit, f.cell("sett"), f.cell("etcd"), f.cell("t4"), f.ratio("etcd"), f.ratio("t4"))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", f.workload, f.metric, f.unit, f.cell("sett"), f.cell("etcd"), f.ratio("etcd"))
 	}
 	tw.Flush()
 }
@@ -148,15 +169,25 @@ func (r *results) printTable(w io.Writer) {
 // docs/BENCHMARKS.md.
 func (r *results) printMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Load average (1, 5, 15 min): %s at the start of the run, %s at the end.\n\n", r.loadStart, r.loadEnd)
-	fmt.Fprintln(w, "| workload | metric | sett | etcd | sett/etcd |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
+	t4 := r.hasT4()
+	if t4 {
+		fmt.Fprintln(w, "| workload | metric | sett | etcd | T4 | sett/etcd | sett/T4 |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Fprintln(w, "| workload | metric | sett | etcd | sett/etcd |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|")
+	}
 	for _, f := range r.figures {
 		metric := f.metric
 		if f.unit != "" {
 			metric += " (" + f.unit + ")"
 		}
 		cell := func(kind string) string { return strings.ReplaceAll(f.cell(kind), "|", "/") }
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.workload, metric, cell("sett"), cell("etcd"), f.ratio())
+		if t4 {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.workload, metric, cell("sett"), cell("etcd"), cell("t4"), f.ratio("etcd"), f.ratio("t4"))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.workload, metric, cell("sett"), cell("etcd"), f.ratio("etcd"))
 	}
 }
 

@@ -18,10 +18,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// A server is one etcd-API server under test (bin/sett or bin/etcd) run as
+// A server is one etcd-API server under test (bin/sett, bin/etcd or bin/t4) run as
 // its own process on its own data dir, reached on a 127.0.0.1 port.
 type server struct {
-	kind string   // "sett" or "etcd"
+	kind string   // "sett", "etcd" or "t4"
 	bin  string   // the binary
 	dir  string   // data dir; kept across restarts
 	log  string   // the server's stdout and stderr, appended per start
@@ -130,6 +130,13 @@ func (s *server) flags() ([]string, error) {
 			"--listen-client-urls", s.url, "--advertise-client-urls", s.url,
 			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", "default=" + peerURL,
+			"--log-level", "warn",
+		}, nil
+	case "t4":
+		// Single-node mode, no object store: T4's own WAL on the
+		// local disk, as sett's and etcd's are.
+		return []string{
+			"run", "--data-dir", s.dir, "--listen", strings.TrimPrefix(s.url, "http://"),
 			"--log-level", "warn",
 		}, nil
 	default:
