@@ -196,3 +196,16 @@ func dryRun(t *testing.T, scenario func(*testing.T, *DB) map[string][]byte) map[
 	defer db.Close()
 	return scenario(t, db)
 }
+
+// TestOpenMakesItsDir: a store opens in a directory that does not exist
+// yet, as a new data dir's does; the repairs at open find nothing there.
+func TestOpenMakesItsDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "data")
+	db, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

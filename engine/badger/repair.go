@@ -2,6 +2,7 @@ package badger
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -103,6 +104,9 @@ func forgetLostTables(dir string, log *slog.Logger) ([]uint64, error) {
 // file"). It reports the files it removed.
 func dropEmptyLogs(dir string) ([]string, error) {
 	des, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // a new store: Badger makes the directory
+	}
 	if err != nil {
 		return nil, err
 	}
