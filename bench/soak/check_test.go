@@ -109,7 +109,8 @@ func TestWatcherFails(t *testing.T) {
 		}
 		w := newWatcher("/p/")
 		w.follow(context.Background(), stream(resps...))
-		problems := strings.Join(w.check(tc.acked, tc.final), "\n")
+		state, _ := w.snapshot()
+		problems := strings.Join(w.check(tc.acked, state, tc.final), "\n")
 		if tc.want == "" && problems != "" || !strings.Contains(problems, tc.want) {
 			t.Errorf("want %q, got %q", tc.want, problems)
 		}

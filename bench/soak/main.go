@@ -43,6 +43,8 @@ type config struct {
 	electors        int
 	electEvery      time.Duration
 	ttlAllowance    time.Duration // how long a lease may outlive its TTL
+	faults          bool          // inject faults (fault.go) every faultEvery
+	faultEvery      time.Duration
 }
 
 // defaultConfig is an hour of a small cluster at kube-apiserver's and
@@ -66,6 +68,10 @@ func defaultConfig() config {
 		// second or so. 5 s absorbs a loaded 2-core machine; a lessor
 		// that stalls or falls behind overshoots by minutes.
 		ttlAllowance: 5 * time.Second,
+		// Two compaction intervals and a minute: a burst's revisions
+		// are compacted away within two, so each fault can be seen to
+		// settle before the next.
+		faultEvery: 11 * time.Minute,
 	}
 }
 
@@ -80,6 +86,7 @@ func shortConfig(d time.Duration) config {
 	c.eventTTL = 20 * time.Second
 	c.eventLeaseEvery = 5 * time.Second
 	c.listEvery = 3 * time.Second
+	c.faultEvery = 50 * time.Second
 	return c
 }
 
@@ -98,6 +105,8 @@ func (c *config) field(name string) *time.Duration {
 		return &c.eventTTL
 	case "event-lease-every":
 		return &c.eventLeaseEvery
+	case "fault-every":
+		return &c.faultEvery
 	}
 	panic("soak: no interval " + name)
 }
@@ -130,6 +139,8 @@ func soakMain() int {
 	flag.DurationVar(&cfg.compactEvery, "compact-every", cfg.compactEvery, "kube-apiserver's compaction interval, and k3s's auto-compaction retention")
 	flag.DurationVar(&cfg.eventTTL, "event-ttl", cfg.eventTTL, "the TTL of event leases (kube-apiserver's --event-ttl)")
 	flag.DurationVar(&cfg.eventLeaseEvery, "event-lease-every", cfg.eventLeaseEvery, "a new event lease this often")
+	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, one of a defragmentation, a snapshot saved, or a burst of 10,000 creates (and their deletes), each checked with lincheck")
+	flag.DurationVar(&cfg.faultEvery, "fault-every", cfg.faultEvery, "how often -faults injects one")
 	flag.StringVar(&out, "out", "bin/soak", "where the CSV and the charts go")
 	flag.StringVar(&settFlags, "sett-flags", "", "extra flags for sett, space-separated")
 	flag.Parse()
@@ -140,7 +151,7 @@ func soakMain() int {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		short := shortConfig(cfg.duration)
-		for _, name := range []string{"sample-every", "compact-every", "event-ttl", "event-lease-every"} {
+		for _, name := range []string{"sample-every", "compact-every", "event-ttl", "event-lease-every", "fault-every"} {
 			if !set[name] {
 				*cfg.field(name) = *short.field(name)
 			}
@@ -155,6 +166,12 @@ func soakMain() int {
 			fmt.Fprintf(os.Stderr, "%s binary: %v\n", kind, err)
 			return 1
 		}
+	}
+	// The output dir is made first: a run of an hour should not end in
+	// a path that cannot be written.
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	root, err := os.MkdirTemp("", "sett-soak-")
 	if err != nil {

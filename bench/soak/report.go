@@ -24,6 +24,13 @@ func report(w io.Writer, plan []*run, errs map[*run]error) int {
 		}
 		fmt.Fprintf(w, "%s (%d samples; warm-up %v):\n", r.name, len(r.samples), r.cfg.warmUp())
 		printQuarters(w, r)
+		for _, f := range r.faults {
+			cut := ""
+			if f.cut {
+				cut = " (cut off by the end of the run: not judged)"
+			}
+			fmt.Fprintf(w, "  fault: %s at %v, took %v; lincheck: %s%s\n", f.kind, f.at.Round(time.Second), f.took.Round(time.Millisecond), f.lin, cut)
+		}
 		problems := r.check()
 		if len(problems) == 0 {
 			fmt.Fprintf(w, "  ok\n\n")

@@ -42,8 +42,10 @@ type run struct {
 	failed   int
 	acked    map[string]map[string]bool // watched prefix -> "rev key" of every acknowledged write
 
-	samples  []sample
-	problems []string // what the checks at the end found
+	t0       time.Time // when the churn started
+	samples  []sample  // appended under mu
+	faults   []fault   // appended under mu
+	problems []string  // what the checks at the end found
 	worstTTL time.Duration
 }
 
@@ -114,6 +116,7 @@ func (r *run) exec(ctx context.Context) error {
 
 	load, stopLoad := context.WithTimeout(ctx, r.cfg.duration)
 	defer stopLoad()
+	r.t0 = time.Now()
 	var loading sync.WaitGroup
 	for _, res := range resources {
 		loading.Go(func() { r.churn(load, res) })
@@ -124,6 +127,9 @@ func (r *run) exec(ctx context.Context) error {
 	loading.Go(func() { r.lists(load) })
 	if r.conf == "kube" {
 		loading.Go(func() { r.compactions(load) })
+	}
+	if r.cfg.faults {
+		loading.Go(func() { r.faultLoop(load) })
 	}
 	r.sampleUntil(load)
 	loading.Wait()
@@ -167,8 +173,9 @@ func (r *run) finish(ctx context.Context) {
 	until := time.Now()
 	var deleted map[string]time.Time
 	for _, w := range r.watchers {
+		state, rev := w.snapshot()
 		final := map[string]int64{}
-		resp, err := r.cli.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(last), clientv3.WithKeysOnly())
+		resp, err := r.cli.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithKeysOnly())
 		if err != nil {
 			r.problems = append(r.problems, fmt.Sprintf("final list of %s: %v", w.prefix, err))
 			continue
@@ -179,7 +186,7 @@ func (r *run) finish(ctx context.Context) {
 		r.mu.Lock()
 		acked := maps.Clone(r.acked[w.prefix])
 		r.mu.Unlock()
-		r.problems = append(r.problems, w.check(acked, final)...)
+		r.problems = append(r.problems, w.check(acked, state, final)...)
 		if w.prefix == "/registry/events/" {
 			w.mu.Lock()
 			deleted = maps.Clone(w.deleted)
@@ -220,9 +227,8 @@ type sample struct {
 // sample also asks the watchers for a progress notification, as
 // kube-apiserver does before a consistent read from its cache.
 func (r *run) sampleUntil(ctx context.Context) {
-	t0 := time.Now()
 	cpu0, _ := process.CPUTime(r.srv.PID())
-	prev := t0
+	prev := r.t0
 	t := time.NewTicker(r.cfg.sampleEvery)
 	defer t.Stop()
 	for {
@@ -241,10 +247,12 @@ func (r *run) sampleUntil(ctx context.Context) {
 			continue
 		}
 		cpu, _ := process.CPUTime(r.srv.PID())
-		s.at = now.Sub(t0)
+		s.at = now.Sub(r.t0)
 		s.cpu = 100 * float64(cpu-cpu0) / float64(now.Sub(prev))
 		cpu0, prev = cpu, now
+		r.mu.Lock()
 		r.samples = append(r.samples, s)
+		r.mu.Unlock()
 	}
 }
 

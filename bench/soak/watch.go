@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -94,10 +95,21 @@ func (w *watcher) caughtUp(rev int64) bool {
 	return max(w.event, w.notified) >= rev
 }
 
+// snapshot is the prefix's contents as the events replayed give them,
+// and the revision they are at: every event up to it has been applied,
+// none after. Leases go on expiring after the load ends, so the
+// watcher's state moves on, and only a list at this revision can be
+// compared with it.
+func (w *watcher) snapshot() (map[string]int64, int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.state), max(w.event, w.notified)
+}
+
 // check compares what the watcher saw with the writes acknowledged under
-// its prefix (each must have been delivered once) and with the prefix's
-// contents at rev, which replaying the events must give.
-func (w *watcher) check(acked map[string]bool, final map[string]int64) []string {
+// its prefix (each must have been delivered once), and state, from
+// snapshot, with final, a list at the snapshot's revision.
+func (w *watcher) check(acked map[string]bool, state, final map[string]int64) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	problems := append([]string(nil), w.broken...)
@@ -115,17 +127,17 @@ func (w *watcher) check(acked map[string]bool, final map[string]int64) []string 
 	}
 	differ := 0
 	for k, rev := range final {
-		if w.state[k] != rev {
+		if state[k] != rev {
 			differ++
 		}
 	}
-	for k := range w.state {
+	for k := range state {
 		if _, ok := final[k]; !ok {
 			differ++
 		}
 	}
 	if differ > 0 {
-		problems = append(problems, fmt.Sprintf("the events replayed give %d keys, the list %d; %d differ", len(w.state), len(final), differ))
+		problems = append(problems, fmt.Sprintf("the events replayed give %d keys, the list %d; %d differ", len(state), len(final), differ))
 	}
 	if w.progress == 0 {
 		problems = append(problems, "no progress notification received")
