@@ -6,10 +6,18 @@ BENCHTIME ?= 2s
 # BENCH_FLAGS='-scale 0.1' for a quick run; `bin/load -h` lists them.
 BENCH_FLAGS ?=
 
+# How long `make soak` churns, the TTL of its event leases (shortened
+# from kube-apiserver's hour so that an hour's soak sees a dozen
+# generations expire; 20s for a run of minutes), and extra flags
+# (`bin/soak-run -h`).
+SOAK_TIME ?= 1h
+SOAK_EVENT_TTL ?= 5m
+SOAK_FLAGS ?=
+
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 3m
 
-.PHONY: build run test test-sett test-tikv bench bench-inproc etcdctl clean k8s-storage k8s-storage-tikv e2e test-etcd-e2e fuzz image nemesis
+.PHONY: build run test test-sett test-tikv bench bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e test-etcd-e2e fuzz image nemesis
 
 build:
 	$(GO) build -o bin/sett .
@@ -48,9 +56,11 @@ test: bin/etcdctl bin/etcd bin/kine bin/versitygw
 	$(MAKE) -j2 --output-sync=target K8S_SERVERS=sett test-sett k8s-storage test-tikv
 
 # tests/ runs the sett binary; it is built once, with the race detector.
-test-sett: bin/etcdctl bin/etcd bin/kine bin/versitygw image
+# The soak (bench/soak) runs bin/sett, without it: the detector's own
+# memory grows, and the soak measures sett's.
+test-sett: bin/etcdctl bin/etcd bin/kine bin/versitygw image build
 	$(GO) build -race -o bin/sett-race .
-	SETT_BIN=$(CURDIR)/bin/sett-race SETT_ETCDCTL=$(CURDIR)/bin/etcdctl SETT_ETCD=$(CURDIR)/bin/etcd SETT_KINE=$(CURDIR)/bin/kine SETT_VERSITYGW=$(CURDIR)/bin/versitygw \
+	SETT_BIN=$(CURDIR)/bin/sett-race SETT_SOAK_BIN=$(CURDIR)/bin/sett SETT_ETCDCTL=$(CURDIR)/bin/etcdctl SETT_ETCD=$(CURDIR)/bin/etcd SETT_KINE=$(CURDIR)/bin/kine SETT_VERSITYGW=$(CURDIR)/bin/versitygw \
 		SETT_IMAGE=$(CURDIR)/bin/sett-image $(GO) test -race -count=1 -timeout 14m ./...
 
 # The TiKV build (-tags tikv): vet, the engine's own tests, the election
@@ -76,6 +86,17 @@ bench: build bin/etcd
 # server where it builds.
 bin/t4: testdata/t4/go.mod testdata/t4/go.sum
 	cd testdata/t4 && GOWORK=off $(GO) build -o $(CURDIR)/bin/t4 github.com/t4db/t4/cmd/t4
+
+# The soak (bench/soak): bin/sett and a real etcd, each as its own
+# process in both configurations (kube-apiserver compacting, and k3s's
+# periodic auto-compaction), all at once under a small cluster's churn
+# for SOAK_TIME; fails if a figure of sett's grows or a check fails.
+# Samples and charts land in bin/soak/. make test runs three minutes of
+# it against sett alone (bench/soak's TestSoak). A run under 20 minutes
+# takes make test's shorter intervals.
+soak: build bin/etcd
+	$(GO) build -o bin/soak-run ./bench/soak
+	./bin/soak-run -sett bin/sett -etcd bin/etcd -duration $(SOAK_TIME) -event-ttl $(SOAK_EVENT_TTL) -out bin/soak $(SOAK_FLAGS)
 
 # The etcd server, v3.7.3 as pinned in testdata/etcd, built from etcd's own
 # main package (see testdata/etcd/go.mod).

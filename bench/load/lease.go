@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/settdb/sett/bench/process"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -56,16 +57,16 @@ func (b *bench) leases(ctx context.Context, kind string) error {
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
+	defer s.RemoveData()
+	defer s.Stop()
 	// The watcher and the renewals each have their own connection, as
 	// other clients of a cluster would.
-	wcli, err := newClient(s.url)
+	wcli, err := process.NewClient(s.URL)
 	if err != nil {
 		return err
 	}
 	defer wcli.Close()
-	rcli, err := newClient(s.url)
+	rcli, err := process.NewClient(s.URL)
 	if err != nil {
 		return err
 	}
@@ -79,11 +80,11 @@ func (b *bench) leases(ctx context.Context, kind string) error {
 		return err
 	}
 
-	sp := s.begin()
+	sp := begin(s)
 	t0 := time.Now()
 	// The renewed leases first, renewed from then on.
 	ids := make([]clientv3.LeaseID, kept)
-	if err := grantLeases(ctx, s.cli, 0, kept, func(int) int64 { return renewTTL }, nil, ex, ids); err != nil {
+	if err := grantLeases(ctx, s.Client, 0, kept, func(int) int64 { return renewTTL }, nil, ex, ids); err != nil {
 		return err
 	}
 	// Until its own grants show their pace, the pacer assumes half that
@@ -93,29 +94,29 @@ func (b *bench) leases(ctx context.Context, kind string) error {
 	rctx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
 	renewing := r.start(rctx)
-	if err := grantLeases(ctx, s.cli, kept, n, func(j int) int64 { return p.ttl(j - kept) }, p.granted, ex, nil); err != nil {
+	if err := grantLeases(ctx, s.Client, kept, n, func(j int) int64 { return p.ttl(j - kept) }, p.granted, ex, nil); err != nil {
 		return err
 	}
 	granted := time.Now()
 	b.res.set(kind, name, fmt.Sprintf("grant %s leases and attach a key to each, 64 clients", commas(int64(n))), "s", secs(granted.Sub(t0)))
-	b.res.set(kind, name, "RSS after granting", "MiB", mib(s.sampler.rss()))
+	b.res.set(kind, name, "RSS after granting", "MiB", mib(s.Sampler.RSS()))
 
 	// The measured stretch: the renewals go on every second while the
 	// other leases run out.
-	cpu0, ren0 := s.cpu(), r.renewed.Load()
+	cpu0, ren0 := s.CPU(), r.renewed.Load()
 	r.measuring.Store(true)
 	t1 := time.Now()
 	if err := sleep(ctx, b.cfg.leaseStretch); err != nil {
 		return err
 	}
-	cpu, renewed, stretch := s.cpu()-cpu0, r.renewed.Load()-ren0, time.Since(t1)
+	cpu, renewed, stretch := s.CPU()-cpu0, r.renewed.Load()-ren0, time.Since(t1)
 	r.measuring.Store(false)
 
 	// Then wait for the rest of the expiries, leaving time to report.
 	if err := ex.await(ctx, watched); err != nil {
 		return err
 	}
-	left, err := count(ctx, s.cli, leasePrefix)
+	left, err := count(ctx, s.Client, leasePrefix)
 	if err != nil {
 		return err
 	}

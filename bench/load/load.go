@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/settdb/sett/bench/process"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -238,7 +239,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // A span measures one stretch of work on a server: wall time, the
 // server's CPU time, and its peak RSS.
 type span struct {
-	s    *server
+	s    *process.Server
 	t0   time.Time
 	cpu0 time.Duration
 }
@@ -248,11 +249,12 @@ type measured struct {
 	peak      int64
 }
 
-func (s *server) begin() span {
-	s.sampler.reset()
-	return span{s: s, t0: time.Now(), cpu0: s.cpu()}
+// begin starts a span on s.
+func begin(s *process.Server) span {
+	s.Sampler.Reset()
+	return span{s: s, t0: time.Now(), cpu0: s.CPU()}
 }
 
 func (sp span) end() measured {
-	return measured{wall: time.Since(sp.t0), cpu: sp.s.cpu() - sp.cpu0, peak: sp.s.sampler.peakRSS()}
+	return measured{wall: time.Since(sp.t0), cpu: sp.s.CPU() - sp.cpu0, peak: sp.s.Sampler.PeakRSS()}
 }

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/settdb/sett/bench/process"
 )
 
 // config holds the workload sizes. A default run takes about 8.5
@@ -65,7 +67,7 @@ type bench struct {
 	root string
 	res  results
 
-	started []*server // by the workload running now
+	started []*process.Server // by the workload running now
 }
 
 // A workload runs against one fresh server of kind and records its figures.
@@ -149,7 +151,7 @@ func run() int {
 	b.root = root
 	// Whatever happens, no server outlives the run and no data dir stays.
 	cleanup := func() {
-		killAll()
+		process.KillAll()
 		os.RemoveAll(root)
 	}
 	defer cleanup()
@@ -219,7 +221,7 @@ func (b *bench) runOne(ctx context.Context, w workload, kind string) error {
 	stopDump := context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			for _, s := range b.started {
-				s.quit()
+				s.Quit()
 			}
 		}
 	})
@@ -227,7 +229,7 @@ func (b *bench) runOne(ctx context.Context, w workload, kind string) error {
 	err := w.run(b, ctx, kind)
 	if err != nil {
 		for _, s := range b.started {
-			if path := s.keepLog(); path != "" {
+			if path := s.KeepLog(); path != "" {
 				fmt.Printf("  %-4s log kept in %s\n", kind, path)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/settdb/sett/bench/process"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -31,13 +32,13 @@ func (b *bench) stalledWatchers(ctx context.Context, kind string) error {
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
+	defer s.RemoveData()
+	defer s.Stop()
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t0 := time.Now()
-	conns, err := openWatchers(wctx, strings.TrimPrefix(s.url, "http://"), prefix, b.cfg.watchers)
+	conns, err := openWatchers(wctx, strings.TrimPrefix(s.URL, "http://"), prefix, b.cfg.watchers)
 	for _, c := range conns {
 		defer c.Close()
 	}
@@ -48,14 +49,14 @@ func (b *bench) stalledWatchers(ctx context.Context, kind string) error {
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	rss0 := s.sampler.rss()
+	rss0 := s.Sampler.RSS()
 	b.res.set(kind, name, "RSS with the watchers open, before writes", "MiB", mib(rss0))
 
 	// Two halves of the events, each followed by a pause so that the
 	// server has fanned out what it will before RSS is read.
 	half := b.cfg.watchEvents / 2
 	per10k := func(grew int64) float64 { return mib(grew) * 10_000 / float64(half) }
-	sp := s.begin()
+	sp := begin(s)
 	var written atomic.Int64
 	rss := []int64{rss0}
 	var writing time.Duration
@@ -71,7 +72,7 @@ func (b *bench) stalledWatchers(ctx context.Context, kind string) error {
 		if err := sleep(ctx, 2*time.Second); err != nil {
 			return err
 		}
-		rss = append(rss, s.sampler.rss())
+		rss = append(rss, s.Sampler.RSS())
 	}
 	m := sp.end()
 	if len(rss) == 3 {
@@ -138,14 +139,14 @@ const eventWriters = 8
 // in lat. It gives up if the server's RSS passes the configured limit, so
 // that a server that buffers every event for every stalled watcher cannot
 // exhaust the machine.
-func (b *bench) writeEvents(ctx context.Context, s *server, prefix string, first, n int, written *atomic.Int64, lat timings) error {
+func (b *bench) writeEvents(ctx context.Context, s *process.Server, prefix string, first, n int, written *atomic.Int64, lat timings) error {
 	rngs := make([]*rand.Rand, eventWriters)
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(uint64(i), 6))
 	}
 	return parallel(ctx, n, eventWriters, func(ctx context.Context, w, i int) error {
 		if i%100 == 0 {
-			if rss := s.sampler.rss(); rss > b.cfg.watchRSSLimit {
+			if rss := s.Sampler.RSS(); rss > b.cfg.watchRSSLimit {
 				return fmt.Errorf("server RSS %.0f MiB is over the limit of %.0f MiB", mib(rss), mib(b.cfg.watchRSSLimit))
 			}
 		}
@@ -153,7 +154,7 @@ func (b *bench) writeEvents(ctx context.Context, s *server, prefix string, first
 		defer cancel()
 		value := randomValue(rngs[w], valueSize)
 		t0 := time.Now()
-		if _, err := s.cli.Put(rctx, fmt.Sprintf("%sev-%08d", prefix, first+i), value); err != nil {
+		if _, err := s.Client.Put(rctx, fmt.Sprintf("%sev-%08d", prefix, first+i), value); err != nil {
 			return err
 		}
 		lat.since(w, t0)

@@ -49,13 +49,13 @@ func (b *bench) watchDelay(ctx context.Context, kind string) error {
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
-	if _, err := putKeys(ctx, s.cli, n, 64, valueSize, func(i int) string { return fmt.Sprintf("%sns-%d/cm-%08d", delayListed, i%namespaces, i) }); err != nil {
+	defer s.RemoveData()
+	defer s.Stop()
+	if _, err := putKeys(ctx, s.Client, n, 64, valueSize, func(i int) string { return fmt.Sprintf("%sns-%d/cm-%08d", delayListed, i%namespaces, i) }); err != nil {
 		return err
 	}
 	writes := max(1, int(b.cfg.delayFor/progressEvery))
-	cli := s.cli
+	cli := s.Client
 
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
@@ -125,7 +125,7 @@ func (b *bench) watchDelay(ctx context.Context, kind string) error {
 		}()
 	}
 
-	sp := s.begin()
+	sp := begin(s)
 	lists0 := lists.Load()
 	acked := make([]time.Time, writes)
 	tick := time.NewTicker(progressEvery)

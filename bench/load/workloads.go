@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/settdb/sett/bench/process"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -33,16 +34,16 @@ func (b *bench) runMixed(ctx context.Context, kind, name string, args, env []str
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
+	defer s.RemoveData()
+	defer s.Stop()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	b.res.set(kind, name, "RSS idle, fresh server", "MiB", mib(s.sampler.rss()))
+	b.res.set(kind, name, "RSS idle, fresh server", "MiB", mib(s.Sampler.RSS()))
 
 	var clis []*clientv3.Client
 	for range mixedConns {
-		cli, err := newClient(s.url)
+		cli, err := process.NewClient(s.URL)
 		if err != nil {
 			return err
 		}
@@ -55,7 +56,7 @@ func (b *bench) runMixed(ctx context.Context, kind, name string, args, env []str
 	}
 	var done, errs atomic.Int64
 	var firstErr atomic.Value
-	sp := s.begin()
+	sp := begin(s)
 	// A failed request is counted and the load goes on, so that errors
 	// (workload 7 must have none) are reported rather than hidden.
 	parallel(ctx, b.cfg.mixedOps, len(workers), func(ctx context.Context, w, _ int) error {
@@ -96,7 +97,7 @@ func (b *bench) runMixed(ctx context.Context, kind, name string, args, env []str
 	if err := sleep(ctx, 2*time.Second); err != nil {
 		return err
 	}
-	b.res.set(kind, name, "RSS idle, 2 s after the load", "MiB", mib(s.sampler.rss()))
+	b.res.set(kind, name, "RSS idle, 2 s after the load", "MiB", mib(s.Sampler.RSS()))
 	return nil
 }
 
@@ -259,10 +260,10 @@ func (b *bench) restart(ctx context.Context, kind string) error {
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
-	sp := s.begin()
-	lat, err := putKeys(ctx, s.cli, n, 32, 100, func(i int) string { return fmt.Sprintf("%sns-%d/lease-%08d", prefix, i%namespaces, i) })
+	defer s.RemoveData()
+	defer s.Stop()
+	sp := begin(s)
+	lat, err := putKeys(ctx, s.Client, n, 32, 100, func(i int) string { return fmt.Sprintf("%sns-%d/lease-%08d", prefix, i%namespaces, i) })
 	m := sp.end()
 	if err != nil {
 		return err
@@ -271,16 +272,16 @@ func (b *bench) restart(ctx context.Context, kind string) error {
 	b.res.set(kind, name, "peak RSS while loading", "MiB", mib(m.peak))
 	b.res.latency(kind, name, "loading puts", lat)
 
-	s.stop()
-	b.res.set(kind, name, "data dir size (du)", "MiB", mib(diskUsage(s.dir)))
-	if err := s.start(); err != nil {
+	s.Stop()
+	b.res.set(kind, name, "data dir size (du)", "MiB", mib(process.DiskUsage(s.Dir)))
+	if err := s.Start(); err != nil {
 		return err
 	}
-	b.res.set(kind, name, "process start to first linearizable Get", "ms", millis(s.ready))
+	b.res.set(kind, name, "process start to first linearizable Get", "ms", millis(s.Ready))
 	if err := sleep(ctx, 5*time.Second); err != nil {
 		return err
 	}
-	b.res.set(kind, name, "RSS idle, 5 s after the restart", "MiB", mib(s.sampler.rss()))
+	b.res.set(kind, name, "RSS idle, 5 s after the restart", "MiB", mib(s.Sampler.RSS()))
 
 	// Workload 3's second half runs here, on the restarted server.
 	return b.countReps(ctx, s, kind, fmt.Sprintf("%s keys after restart", commas(int64(n))), prefix, n)
@@ -288,10 +289,10 @@ func (b *bench) restart(ctx context.Context, kind string) error {
 
 // countReps times count-only ranges over prefix and records their median
 // and p90 under workload 3.
-func (b *bench) countReps(ctx context.Context, s *server, kind, label, prefix string, want int) error {
+func (b *bench) countReps(ctx context.Context, s *process.Server, kind, label, prefix string, want int) error {
 	const name = "3 count-only range"
 	ds, err := repeat(ctx, b.cfg.countReps, func(ctx context.Context) error {
-		n, err := count(ctx, s.cli, prefix)
+		n, err := count(ctx, s.Client, prefix)
 		if err != nil {
 			return err
 		}
@@ -317,9 +318,9 @@ func (b *bench) countAndList(ctx context.Context, kind string) error {
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
-	if _, err := putKeys(ctx, s.cli, n, 64, valueSize, func(i int) string { return fmt.Sprintf("%sns-%d/cm-%08d", prefix, i%namespaces, i) }); err != nil {
+	defer s.RemoveData()
+	defer s.Stop()
+	if _, err := putKeys(ctx, s.Client, n, 64, valueSize, func(i int) string { return fmt.Sprintf("%sns-%d/cm-%08d", prefix, i%namespaces, i) }); err != nil {
 		return err
 	}
 	if err := b.countReps(ctx, s, kind, fmt.Sprintf("%s keys", commas(int64(n))), prefix, n); err != nil {
@@ -336,10 +337,10 @@ func (b *bench) countAndList(ctx context.Context, kind string) error {
 		{"RangeStream", listStream},
 	}
 	label := fmt.Sprintf("%s × 1 KiB, ", commas(int64(n)))
-	sp := s.begin()
+	sp := begin(s)
 	for _, l := range lists {
 		ds, err := repeat(ctx, b.cfg.listReps, func(ctx context.Context) error {
-			got, err := l.list(ctx, s.cli, prefix)
+			got, err := l.list(ctx, s.Client, prefix)
 			if err != nil {
 				return err
 			}
@@ -373,8 +374,8 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 	if err != nil {
 		return err
 	}
-	defer s.removeData()
-	defer s.stop()
+	defer s.RemoveData()
+	defer s.Stop()
 	key := func(label string, i int) string { return fmt.Sprintf("/registry/pods/%s/pod-%08d", label, i) }
 	for _, run := range []struct {
 		label   string
@@ -385,11 +386,11 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 			rngs[i] = rand.New(rand.NewPCG(uint64(i), 5))
 		}
 		lat := newTimings(run.conc)
-		sp := s.begin()
+		sp := begin(s)
 		err := parallel(ctx, run.n, run.conc, func(ctx context.Context, w, i int) error {
 			value := randomValue(rngs[w], valueSize)
 			t0 := time.Now()
-			_, err := create(ctx, s.cli, key(run.label, i), value)
+			_, err := create(ctx, s.Client, key(run.label, i), value)
 			lat.since(w, t0)
 			return err
 		})
@@ -416,13 +417,13 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 // may have moved the key on since, and then the compare fails and the
 // update tries again with the revision its Else read back. Several
 // goroutines on one small pool make that happen, as in a real cluster.
-func (b *bench) guaranteedUpdates(ctx context.Context, s *server, kind, name string, key func(i int) string, pool int) error {
+func (b *bench) guaranteedUpdates(ctx context.Context, s *process.Server, kind, name string, key func(i int) string, pool int) error {
 	const workers = 64
 	n := b.cfg.updates
 	label := fmt.Sprintf("64-way GuaranteedUpdate of %s keys", commas(int64(pool)))
 	// The keys sort in index order, so one range reads the whole pool.
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	resp, err := s.cli.Get(rctx, key(0), clientv3.WithRange(key(pool)))
+	resp, err := s.Client.Get(rctx, key(0), clientv3.WithRange(key(pool)))
 	cancel()
 	if err != nil {
 		return err
@@ -440,14 +441,14 @@ func (b *bench) guaranteedUpdates(ctx context.Context, s *server, kind, name str
 	}
 	lat := newTimings(workers)
 	var conflicts atomic.Int64
-	sp := s.begin()
+	sp := begin(s)
 	err = parallel(ctx, n, workers, func(ctx context.Context, w, _ int) error {
 		k := rngs[w].IntN(pool)
 		value := randomValue(rngs[w], valueSize)
 		rev := seen[k].Load()
 		t0 := time.Now()
 		for range maxRetries {
-			got, ok, err := update(ctx, s.cli, key(k), rev, value)
+			got, ok, err := update(ctx, s.Client, key(k), rev, value)
 			if err != nil {
 				return err
 			}
@@ -487,7 +488,7 @@ func storeMax(v *atomic.Int64, rev int64) {
 
 // gets is linearizable gets (the client's default) of existing keys,
 // key(i) for i in [0, n), from 64 goroutines sharing one client.
-func (b *bench) gets(ctx context.Context, s *server, kind, name string, key func(i int) string, n int) error {
+func (b *bench) gets(ctx context.Context, s *process.Server, kind, name string, key func(i int) string, n int) error {
 	const workers = 64
 	label := "64-way linearizable gets"
 	reps := b.cfg.gets
@@ -496,13 +497,13 @@ func (b *bench) gets(ctx context.Context, s *server, kind, name string, key func
 		rngs[i] = rand.New(rand.NewPCG(uint64(i), 9))
 	}
 	lat := newTimings(workers)
-	sp := s.begin()
+	sp := begin(s)
 	err := parallel(ctx, reps, workers, func(ctx context.Context, w, _ int) error {
 		k := key(rngs[w].IntN(n))
 		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 		t0 := time.Now()
-		resp, err := s.cli.Get(ctx, k)
+		resp, err := s.Client.Get(ctx, k)
 		lat.since(w, t0)
 		if err == nil && len(resp.Kvs) != 1 {
 			err = fmt.Errorf("get %s: not found", k)

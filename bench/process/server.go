@@ -1,4 +1,4 @@
-package main
+package process
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,23 +17,23 @@ import (
 	"go.uber.org/zap"
 )
 
-// A server is one etcd-API server under test (bin/sett, bin/etcd or bin/t4) run as
+// A Server is one etcd-API server under test (bin/sett, bin/etcd or bin/t4) run as
 // its own process on its own data dir, reached on a 127.0.0.1 port.
-type server struct {
-	kind string   // "sett", "etcd" or "t4"
-	bin  string   // the binary
-	dir  string   // data dir; kept across restarts
-	log  string   // the server's stdout and stderr, appended per start
-	args []string // extra flags
-	env  []string // extra environment
+type Server struct {
+	Kind string   // "sett", "etcd" or "t4"
+	Bin  string   // the binary
+	Dir  string   // data dir; kept across restarts
+	Log  string   // the server's stdout and stderr, appended per start
+	Args []string // extra flags
+	Env  []string // extra environment
 
 	cmd     *exec.Cmd
 	lastPID atomic.Int64  // of the last process started; read without locks by quit
 	exited  chan struct{} // closed when cmd has been waited for
-	url     string        // client URL, http://127.0.0.1:PORT
-	ready   time.Duration // from exec to the first linearizable Get answered
-	cli     *clientv3.Client
-	sampler *sampler
+	URL     string        // client URL, http://127.0.0.1:PORT
+	Ready   time.Duration // from exec to the first linearizable Get answered
+	Client  *clientv3.Client
+	Sampler *Sampler
 }
 
 // live holds the pid of every server process started and not yet waited
@@ -45,8 +44,8 @@ var live struct {
 	pids map[int]bool
 }
 
-// killAll kills every server process still running.
-func killAll() {
+// KillAll kills every server process still running.
+func KillAll() {
 	live.Lock()
 	defer live.Unlock()
 	for pid := range live.pids {
@@ -70,25 +69,25 @@ func track(pid int, on bool) {
 // readyTimeout bounds how long a server may take to answer its first Get.
 const readyTimeout = 2 * time.Minute
 
-// start runs the server process and waits until it answers a
+// Start runs the server process and waits until it answers a
 // linearizable Get, which is when a client can use it.
-func (s *server) start() error {
-	port, err := freePort()
+func (s *Server) Start() error {
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	args, err := s.flags()
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.bin, append(args, s.args...)...)
-	cmd.Env = append(os.Environ(), s.env...)
+	cmd := exec.Command(s.Bin, append(args, s.Args...)...)
+	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the load generator dies, even by SIGKILL, the kernel kills the
 	// server too: no process outlives a run.
@@ -105,29 +104,29 @@ func (s *server) start() error {
 		track(cmd.Process.Pid, false)
 		close(exited)
 	}(s.exited)
-	s.sampler = startSampler(cmd.Process.Pid)
+	s.Sampler = startSampler(cmd.Process.Pid)
 	if err := s.awaitReady(port); err != nil {
-		s.kill()
-		return fmt.Errorf("%s: %w (log: %s)", s.kind, err, s.logTail())
+		s.Kill()
+		return fmt.Errorf("%s: %w (log: %s)", s.Kind, err, s.LogTail())
 	}
-	s.ready = time.Since(t0)
+	s.Ready = time.Since(t0)
 	return nil
 }
 
-// flags is the command line that serves clients on s.url from s.dir.
+// flags is the command line that serves clients on s.URL from s.Dir.
 // etcd keeps all its defaults (fsync on every WAL write, snapshot every
 // 10,000 entries); only the ports and dir are chosen.
-func (s *server) flags() ([]string, error) {
-	switch s.kind {
+func (s *Server) flags() ([]string, error) {
+	switch s.Kind {
 	case "etcd":
-		peer, err := freePort()
+		peer, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
 		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
 		return []string{
-			"--name", "default", "--data-dir", s.dir,
-			"--listen-client-urls", s.url, "--advertise-client-urls", s.url,
+			"--name", "default", "--data-dir", s.Dir,
+			"--listen-client-urls", s.URL, "--advertise-client-urls", s.URL,
 			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", "default=" + peerURL,
 			"--log-level", "warn",
@@ -136,12 +135,12 @@ func (s *server) flags() ([]string, error) {
 		// Single-node mode, no object store: T4's own WAL on the
 		// local disk, as sett's and etcd's are.
 		return []string{
-			"run", "--data-dir", s.dir, "--listen", strings.TrimPrefix(s.url, "http://"),
+			"run", "--data-dir", s.Dir, "--listen", strings.TrimPrefix(s.URL, "http://"),
 			"--log-level", "warn",
 		}, nil
 	default:
 		return []string{
-			"serve", "--data-dir", s.dir, "--listen-client-urls", s.url,
+			"serve", "--data-dir", s.Dir, "--listen-client-urls", s.URL,
 			"--log-level", "warn", "--log-format", "json",
 		}, nil
 	}
@@ -151,7 +150,7 @@ func (s *server) flags() ([]string, error) {
 // linearizable Get to succeed. The port is polled first, every 5 ms,
 // because gRPC backs off a second or more after a refused dial, which
 // would swamp the start-up time being measured.
-func (s *server) awaitReady(port int) error {
+func (s *Server) awaitReady(port int) error {
 	deadline := time.Now().Add(readyTimeout)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	for {
@@ -165,7 +164,7 @@ func (s *server) awaitReady(port int) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for {
-		cli, err := newClient(s.url)
+		cli, err := NewClient(s.URL)
 		if err != nil {
 			return err
 		}
@@ -173,7 +172,7 @@ func (s *server) awaitReady(port int) error {
 		_, getErr := cli.Get(ctx, "/bench/ready")
 		cancel()
 		if getErr == nil {
-			s.cli = cli
+			s.Client = cli
 			return nil
 		}
 		cli.Close()
@@ -184,7 +183,7 @@ func (s *server) awaitReady(port int) error {
 	}
 }
 
-func (s *server) checkAlive(deadline time.Time) error {
+func (s *Server) checkAlive(deadline time.Time) error {
 	select {
 	case <-s.exited:
 		return errors.New("exited before it was ready")
@@ -199,31 +198,31 @@ func (s *server) checkAlive(deadline time.Time) error {
 // stopTimeout bounds a clean stop; past it the server is killed.
 const stopTimeout = 30 * time.Second
 
-// stop ends the server as an operator would, with SIGTERM, and waits for
+// Stop ends the server as an operator would, with SIGTERM, and waits for
 // it to exit; the data dir is kept for a restart.
-func (s *server) stop() {
+func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
-	if s.cli != nil {
-		s.cli.Close()
-		s.cli = nil
+	if s.Client != nil {
+		s.Client.Close()
+		s.Client = nil
 	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
 	case <-time.After(stopTimeout):
-		fmt.Fprintf(os.Stderr, "%s did not stop within %v; killing it\n", s.kind, stopTimeout)
+		fmt.Fprintf(os.Stderr, "%s did not stop within %v; killing it\n", s.Kind, stopTimeout)
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
 	s.done()
 }
 
-// quit sends SIGQUIT to the server if it is still running: both servers
+// Quit sends SIGQUIT to the server if it is still running: both servers
 // are Go programs, which answer it by writing every goroutine's stack to
 // the log and exiting. Safe to call from another goroutine.
-func (s *server) quit() {
+func (s *Server) Quit() {
 	pid := int(s.lastPID.Load())
 	live.Lock()
 	defer live.Unlock()
@@ -232,14 +231,14 @@ func (s *server) quit() {
 	}
 }
 
-// keepLog copies the server's log out of the temp root, which is removed
+// KeepLog copies the server's log out of the temp root, which is removed
 // at the end, and returns where to.
-func (s *server) keepLog() string {
-	b, err := os.ReadFile(s.log)
+func (s *Server) KeepLog() string {
+	b, err := os.ReadFile(s.Log)
 	if err != nil || len(b) == 0 {
 		return ""
 	}
-	f, err := os.CreateTemp("", "sett-bench-"+s.kind+"-*.log")
+	f, err := os.CreateTemp("", "sett-bench-"+s.Kind+"-*.log")
 	if err != nil {
 		return ""
 	}
@@ -250,14 +249,14 @@ func (s *server) keepLog() string {
 	return f.Name()
 }
 
-// kill ends the server at once (cleanup after a failure).
-func (s *server) kill() {
+// Kill ends the server at once (cleanup after a failure).
+func (s *Server) Kill() {
 	if s.cmd == nil {
 		return
 	}
-	if s.cli != nil {
-		s.cli.Close()
-		s.cli = nil
+	if s.Client != nil {
+		s.Client.Close()
+		s.Client = nil
 	}
 	s.cmd.Process.Kill()
 	select {
@@ -267,34 +266,34 @@ func (s *server) kill() {
 	s.done()
 }
 
-func (s *server) done() {
-	s.sampler.close()
+func (s *Server) done() {
+	s.Sampler.close()
 	s.cmd = nil
 }
 
-// removeData deletes the data dir of a stopped server.
-func (s *server) removeData() { os.RemoveAll(s.dir) }
+// RemoveData deletes the data dir of a stopped server.
+func (s *Server) RemoveData() { os.RemoveAll(s.Dir) }
 
-func (s *server) pid() int { return s.cmd.Process.Pid }
+func (s *Server) PID() int { return s.cmd.Process.Pid }
 
-// cpu is the server's CPU time so far; 0 if it cannot be read.
-func (s *server) cpu() time.Duration {
-	d, _ := cpuTime(s.pid())
+// CPU is the server's CPU time so far; 0 if it cannot be read.
+func (s *Server) CPU() time.Duration {
+	d, _ := CPUTime(s.PID())
 	return d
 }
 
-// logTail is the end of the server's log, to explain a failed start.
-func (s *server) logTail() string {
-	b, _ := os.ReadFile(s.log)
+// LogTail is the end of the server's log, to explain a failed start.
+func (s *Server) LogTail() string {
+	b, _ := os.ReadFile(s.Log)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
 	return strings.TrimSpace(string(b))
 }
 
-// newClient is the etcd client every workload uses. It may receive whole
+// NewClient is the etcd client every workload uses. It may receive whole
 // unpaginated lists, so its receive limit is large.
-func newClient(url string) (*clientv3.Client, error) {
+func NewClient(url string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:          []string{url},
 		DialTimeout:        5 * time.Second,
@@ -303,39 +302,12 @@ func newClient(url string) (*clientv3.Client, error) {
 	})
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// newServer describes a server of kind on a fresh data dir under root.
-func (b *bench) newServer(kind string, args, env []string) (*server, error) {
-	dir, err := os.MkdirTemp(b.root, kind+"-")
-	if err != nil {
-		return nil, err
-	}
-	if kind == "sett" {
-		args = append(strings.Fields(b.cfg.settFlags), args...)
-	}
-	s := &server{kind: kind, bin: b.bins[kind], dir: filepath.Join(dir, "data"), log: filepath.Join(dir, "log"), args: args, env: env}
-	return s, nil
-}
-
-// startServer starts a fresh server of kind; the caller stops it.
-func (b *bench) startServer(kind string, args, env []string) (*server, error) {
-	s, err := b.newServer(kind, args, env)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.start(); err != nil {
-		return nil, err
-	}
-	b.started = append(b.started, s)
-	fmt.Printf("  %-4s pid %d on %s, ready in %v\n", kind, s.pid(), s.url, s.ready.Round(time.Millisecond))
-	return s, nil
 }

@@ -1,4 +1,10 @@
-package main
+// Package process runs an etcd-API server, bin/sett or a real etcd, as a
+// child process of a benchmark on a loopback port and its own data dir,
+// and reads what the server alone uses from /proc: CPU, RSS, open files,
+// and the blocks its data dir takes. The process benchmark (bench/load)
+// and the soak (bench/soak) share it, so both measure a server the same
+// way.
+package process
 
 import (
 	"bytes"
@@ -16,9 +22,9 @@ import (
 // Go cannot ask sysconf(_SC_CLK_TCK); it is 100 on every Linux this runs on.
 const clockTicks = 100
 
-// cpuTime is the user plus system CPU time process pid has used so far,
+// CPUTime is the user plus system CPU time process pid has used so far,
 // from /proc/PID/stat: the server's own CPU, not the load generator's.
-func cpuTime(pid int) (time.Duration, error) {
+func CPUTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -45,9 +51,9 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
-// memory returns VmRSS (resident now) and VmHWM (the peak resident size
+// Memory returns VmRSS (resident now) and VmHWM (the peak resident size
 // since the process started or since resetHWM) of process pid, in bytes.
-func memory(pid int) (rss, hwm int64, err error) {
+func Memory(pid int) (rss, hwm int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
@@ -80,17 +86,17 @@ func memory(pid int) (rss, hwm int64, err error) {
 	return rss, hwm, nil
 }
 
-// resetHWM sets process pid's VmHWM back to its current RSS, so that the
+// ResetHWM sets process pid's VmHWM back to its current RSS, so that the
 // next peak read belongs to one workload only. It needs to own the process
 // (we started it); if the kernel refuses, the sampled peak is used alone.
-func resetHWM(pid int) bool {
+func ResetHWM(pid int) bool {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
 }
 
-// diskUsage is the space the files under dir take on disk (allocated
+// DiskUsage is the space the files under dir take on disk (allocated
 // blocks, as du counts them), not their apparent size: Badger's value log
 // and etcd's WAL are preallocated.
-func diskUsage(dir string) int64 {
+func DiskUsage(dir string) int64 {
 	var total int64
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -113,9 +119,9 @@ func diskUsage(dir string) int64 {
 // resetting VmHWM is refused.
 const sampleEvery = 50 * time.Millisecond
 
-// A sampler reads one process's RSS every sampleEvery and keeps the peak
+// A Sampler reads one process's RSS every sampleEvery and keeps the peak
 // since the last reset.
-type sampler struct {
+type Sampler struct {
 	pid  int
 	stop chan struct{}
 	done chan struct{}
@@ -126,13 +132,13 @@ type sampler struct {
 	hwmOK bool // VmHWM was reset at the last reset, so it is this peak's
 }
 
-func startSampler(pid int) *sampler {
-	s := &sampler{pid: pid, stop: make(chan struct{}), done: make(chan struct{})}
+func startSampler(pid int) *Sampler {
+	s := &Sampler{pid: pid, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
 }
 
-func (s *sampler) loop() {
+func (s *Sampler) loop() {
 	defer close(s.done)
 	t := time.NewTicker(sampleEvery)
 	defer t.Stop()
@@ -146,8 +152,8 @@ func (s *sampler) loop() {
 	}
 }
 
-func (s *sampler) sample() {
-	rss, _, err := memory(s.pid)
+func (s *Sampler) sample() {
+	rss, _, err := Memory(s.pid)
 	if err != nil {
 		return // the process has exited; keep what was seen
 	}
@@ -157,28 +163,28 @@ func (s *sampler) sample() {
 	s.mu.Unlock()
 }
 
-// reset starts a new peak from the current RSS.
-func (s *sampler) reset() {
-	ok := resetHWM(s.pid)
+// Reset starts a new peak from the current RSS.
+func (s *Sampler) Reset() {
+	ok := ResetHWM(s.pid)
 	s.mu.Lock()
 	s.peak, s.hwmOK = 0, ok
 	s.mu.Unlock()
 	s.sample()
 }
 
-// rss is the RSS read now (or, if the process is gone, the last sample).
-func (s *sampler) rss() int64 {
+// RSS is the RSS read now (or, if the process is gone, the last sample).
+func (s *Sampler) RSS() int64 {
 	s.sample()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.last
 }
 
-// peakRSS is the highest RSS since the last reset: the larger of the
+// PeakRSS is the highest RSS since the last reset: the larger of the
 // samples and the kernel's VmHWM.
-func (s *sampler) peakRSS() int64 {
+func (s *Sampler) PeakRSS() int64 {
 	s.sample()
-	_, hwm, _ := memory(s.pid)
+	_, hwm, _ := Memory(s.pid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.hwmOK {
@@ -187,7 +193,17 @@ func (s *sampler) peakRSS() int64 {
 	return max(s.peak, hwm)
 }
 
-func (s *sampler) close() {
+func (s *Sampler) close() {
 	close(s.stop)
 	<-s.done
+}
+
+// OpenFiles is the number of file descriptors process pid holds open:
+// files, sockets and pipes, as the entries of /proc/PID/fd.
+func OpenFiles(pid int) (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	return len(fds), nil
 }

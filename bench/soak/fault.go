@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/bench/process"
+	"github.com/settdb/sett/internal/lincheck"
+)
+
+// faultKinds are the faults the -faults mode injects, in turn. The ones
+// that stop the server or its writes, a kill and restart and a disk
+// nearly full, are not among them yet: the churn's checks would first
+// have to tell a request cut off by the fault from a failure.
+var faultKinds = []string{"defrag", "snapshot", "burst"}
+
+// burstKeys is how many objects a burst creates, all at once, as a
+// controller scaling a job up would, and then deletes.
+const burstKeys = 10_000
+
+// A fault is one injected, and what it and the checks around it found.
+type fault struct {
+	kind   string
+	at     time.Duration // since the run started
+	took   time.Duration
+	before sample // the last sample before it, the steady state to return to
+	err    error  // of the fault itself
+	lin    string // lincheck's summary of the history around it
+	linErr error
+	cut    bool // the run ended before the history around it was whole
+}
+
+// faultLoop injects a fault every faultEvery until ctx ends.
+func (r *run) faultLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.faultEvery)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f := r.inject(ctx, faultKinds[i%len(faultKinds)], time.Since(r.t0))
+		r.mu.Lock()
+		r.faults = append(r.faults, f)
+		r.mu.Unlock()
+	}
+}
+
+// inject runs one fault while three more clients drive lincheck's
+// registers, from before the fault until as long after it as it took (at
+// least 2 s), and checks that history with porcupine.
+func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
+	f := fault{kind: kind, at: at, before: r.lastSample()}
+	var clients []*clientv3.Client
+	for range 3 {
+		cli, err := process.NewClient(r.srv.URL)
+		if err != nil {
+			f.err = err
+			return f
+		}
+		defer cli.Close()
+		clients = append(clients, cli)
+	}
+	// Each history starts from empty registers, as the model does; the
+	// keys the last fault's history left are deleted first.
+	rctx, cancel := request()
+	_, err := r.cli.Delete(rctx, "lin/", clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		f.err = fmt.Errorf("clearing lincheck's registers: %w", err)
+		return f
+	}
+	h := lincheck.NewHistory()
+	stop := h.Run(context.Background(), clients)
+	t0 := time.Now()
+	switch kind {
+	case "defrag":
+		f.err = r.defrag()
+	case "snapshot":
+		f.err = r.snapshot()
+	case "burst":
+		f.err = r.burst()
+	}
+	f.took = time.Since(t0)
+	// The registers are driven across the fault and as long again after,
+	// for the history to hold what the fault left behind.
+	window := time.NewTimer(max(f.took, 2*time.Second))
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+		window.Stop()
+		f.cut = true
+	}
+	stop()
+	f.lin, f.linErr = h.Check(filepath.Join(os.TempDir(), fmt.Sprintf("sett-soak-%s-%s-%d.html", r.name, kind, at/time.Second)))
+	return f
+}
+
+func (r *run) defrag() error {
+	ctx, cancel := request()
+	defer cancel()
+	_, err := r.cli.Defragment(ctx, r.srv.URL)
+	return err
+}
+
+// snapshot saves a snapshot as an operator would: `sett snapshot save`
+// for sett, the Snapshot call etcdctl makes for etcd. The file goes.
+func (r *run) snapshot() error {
+	path := filepath.Join(filepath.Dir(r.srv.Dir), "snapshot.db")
+	defer os.Remove(path)
+	if r.kind == "sett" {
+		out, err := exec.Command(r.srv.Bin, "snapshot", "save", "--endpoints", r.srv.URL, path).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("sett snapshot save: %w: %s", err, out)
+		}
+		return nil
+	}
+	ctx, cancel := request()
+	defer cancel()
+	rc, err := r.cli.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, rc); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	return f.Close()
+}
+
+// burst creates burstKeys configmaps from 16 clients at once and deletes
+// them again, every write checked by the configmaps watcher as the
+// churn's are.
+func (r *run) burst() error {
+	const workers = 16
+	prefix := fmt.Sprintf("/registry/configmaps/burst-%d/", time.Now().UnixNano())
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < burstKeys; i += workers {
+				k := fmt.Sprintf("%scm-%05d", prefix, i)
+				rev, ok := r.create(context.Background(), "burst", k, value(1024), clientv3.NoLease)
+				if ok {
+					r.delete(context.Background(), k, rev)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+func (r *run) lastSample() sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.samples) == 0 {
+		return sample{}
+	}
+	return r.samples[len(r.samples)-1]
+}
+
+// checkFaults requires every fault to have succeeded, its history to be
+// linearizable, and the figures and the revisions held, by the last
+// sample before the next fault, to be back within the growth margins of
+// the sample before it.
+func (r *run) checkFaults() []string {
+	var problems []string
+	for i, f := range r.faults {
+		name := fmt.Sprintf("%s at %v", f.kind, f.at.Round(time.Second))
+		if f.err != nil {
+			problems = append(problems, fmt.Sprintf("%s failed: %v", name, f.err))
+		}
+		if f.linErr != nil && !f.cut {
+			problems = append(problems, fmt.Sprintf("%s: %v (%s)", name, f.linErr, f.lin))
+		}
+		end := r.cfg.duration
+		if i+1 < len(r.faults) {
+			end = r.faults[i+1].at
+		}
+		var after *sample
+		for j := range r.samples {
+			if s := &r.samples[j]; s.at > f.at+f.took && s.at < end {
+				after = s
+			}
+		}
+		// Compaction frees a burst's revisions within two intervals
+		// (kube-apiserver compacts to the revision of the round
+		// before), and Badger's own work follows; a fault with less
+		// time than that before the next, or the end, is not judged.
+		settle := 2*r.cfg.compactEvery + 2*r.cfg.sampleEvery
+		if after == nil || f.before.at == 0 || end-(f.at+f.took) < settle {
+			continue
+		}
+		held := figure{name: "revisions held", div: 1, rel: heldRel, abs: heldAbs, get: func(s sample) float64 { return float64(s.head - s.oldest) }}
+		for _, fg := range append(figures, held) {
+			a, b := fg.get(f.before), fg.get(*after)
+			if limit := a*(1+fg.rel) + fg.abs; b > limit {
+				problems = append(problems, fmt.Sprintf("%s: %s was %s before it and still %s at %v, past %s",
+					name, fg.name, fg.format(a), fg.format(b), after.at.Round(time.Second), fg.format(limit)))
+			}
+		}
+	}
+	return problems
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A leaseBook keeps the event leases granted, when each was granted, and
+// the keys attached, so that each key's deletion seen by the events
+// watcher can be held against its lease's TTL.
+type leaseBook struct {
+	mu     sync.Mutex
+	leases map[clientv3.LeaseID]*grantedLease
+}
+
+type grantedLease struct {
+	sent, acked time.Time // the grant's request and its answer
+	ttl         time.Duration
+	keys        []string
+}
+
+// granted records a lease: the server started its TTL between sent and
+// acked, so it expires in [sent+ttl, acked+ttl].
+func (b *leaseBook) granted(id clientv3.LeaseID, sent, acked time.Time, ttl time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.leases == nil {
+		b.leases = map[clientv3.LeaseID]*grantedLease{}
+	}
+	b.leases[id] = &grantedLease{sent: sent, acked: acked, ttl: ttl}
+}
+
+func (b *leaseBook) attach(key string, id clientv3.LeaseID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l := b.leases[id]; l != nil {
+		l.keys = append(l.keys, key)
+	}
+}
+
+// expired counts the leases among live (the server's list) whose TTL has
+// run out by now: expired on the clock but not yet revoked.
+func (b *leaseBook) expired(live []clientv3.LeaseStatus, now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, s := range live {
+		if l := b.leases[s.ID]; l != nil && now.After(l.acked.Add(l.ttl)) {
+			n++
+		}
+	}
+	return n
+}
+
+// check holds every attached key's deletion, as the watcher saw it at
+// the times in deleted, against its lease: not before the TTL could have
+// run out, and not more than allowance after it must have. A key whose
+// lease ran out more than allowance before until is missing. It returns
+// the problems and the longest a lease outlived its TTL.
+func (b *leaseBook) check(deleted map[string]time.Time, until time.Time, allowance time.Duration) (problems []string, worst time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	add := func(format string, args ...any) {
+		if len(problems) < 10 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	for id, l := range b.leases {
+		earliest, deadline := l.sent.Add(l.ttl), l.acked.Add(l.ttl)
+		for _, k := range l.keys {
+			t, ok := deleted[k]
+			switch {
+			case !ok && until.Sub(deadline) > allowance:
+				add("lease %x (TTL %v): %s still there %v after the TTL", id, l.ttl, k, until.Sub(deadline).Round(time.Millisecond))
+			case !ok:
+			case t.Before(earliest):
+				add("lease %x (TTL %v): %s deleted %v before the TTL ran out", id, l.ttl, k, earliest.Sub(t).Round(time.Millisecond))
+			default:
+				over := t.Sub(deadline)
+				worst = max(worst, over)
+				if over > allowance {
+					add("lease %x (TTL %v): %s deleted %v after the TTL, more than the %v allowed", id, l.ttl, k, over.Round(time.Millisecond), allowance)
+				}
+			}
+		}
+	}
+	return problems, worst
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// report prints, for every run, its first- and last-quarter figures and
+// what its checks found, and returns the exit code: 1 if a sett run
+// failed a check. etcd is the reference: what it fails is printed, not
+// held against the run.
+func report(w io.Writer, plan []*run, errs map[*run]error) int {
+	code := 0
+	for _, r := range plan {
+		if err := errs[r]; err != nil {
+			fmt.Fprintf(w, "%s: did not run: %v\n", r.name, err)
+			code = 1
+			continue
+		}
+		fmt.Fprintf(w, "%s (%d samples; warm-up %v):\n", r.name, len(r.samples), r.cfg.warmUp())
+		printQuarters(w, r)
+		for _, f := range r.faults {
+			cut := ""
+			if f.cut {
+				cut = " (cut off by the end of the run: not judged)"
+			}
+			fmt.Fprintf(w, "  fault: %s at %v, took %v; lincheck: %s%s\n", f.kind, f.at.Round(time.Second), f.took.Round(time.Millisecond), f.lin, cut)
+		}
+		problems := r.check()
+		if len(problems) == 0 {
+			fmt.Fprintf(w, "  ok\n\n")
+			continue
+		}
+		for _, p := range problems {
+			fmt.Fprintf(w, "  FAIL %s\n", p)
+		}
+		if path := r.srv.KeepLog(); path != "" {
+			fmt.Fprintf(w, "  server log kept in %s\n", path)
+		}
+		fmt.Fprintln(w)
+		if r.kind == "sett" {
+			code = 1
+		}
+	}
+	return code
+}
+
+// printQuarters prints the steady run's first and last quarter of every
+// figure, as a markdown table, so that a run's table can be pasted into
+// docs/BENCHMARKS.md.
+func printQuarters(w io.Writer, r *run) {
+	first, last := r.quarters()
+	if len(first) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  | %s | first quarter | last quarter |\n  |---|---:|---:|\n", r.name)
+	for _, f := range figures {
+		fmt.Fprintf(w, "  | %s | %s | %s |\n", f.name, f.format(mean(first, f.get)), f.format(mean(last, f.get)))
+	}
+	cpu := func(s sample) float64 { return s.cpu }
+	fmt.Fprintf(w, "  | CPU (%% of a core) | %.1f | %.1f |\n", mean(first, cpu), mean(last, cpu))
+	held := func(s sample) float64 { return float64(s.head - s.oldest) }
+	fmt.Fprintf(w, "  | revisions held, peak | %.0f | %.0f |\n", peak(first, held), peak(last, held))
+	for _, kind := range append(r.kinds(), "writes") {
+		a, b := pooled(first, kind), pooled(last, kind)
+		if len(a)+len(b) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  | %s p50 / p99 (n) | %v / %v (%d) | %v / %v (%d) |\n", kind,
+			ms(quantile(a, 0.5)), ms(quantile(a, 0.99)), len(a), ms(quantile(b, 0.5)), ms(quantile(b, 0.99)), len(b))
+	}
+	fmt.Fprintf(w, "  | longest a lease outlived its TTL | | %v |\n", r.worstTTL.Round(time.Millisecond))
+	fmt.Fprintf(w, "  | requests failed | | %d |\n", r.failed)
+}
+
+// quarters are the first and last quarters of the samples after the
+// warm-up; empty if there are too few.
+func (r *run) quarters() (first, last []sample) {
+	var steady []sample
+	for _, s := range r.samples {
+		if s.at >= r.cfg.warmUp() {
+			steady = append(steady, s)
+		}
+	}
+	q := len(steady) / 4
+	if q == 0 {
+		return nil, nil
+	}
+	return steady[:q], steady[len(steady)-q:]
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+}
+
+// write saves every run's samples in out/soak.csv and draws the charts.
+func write(out string, plan []*run) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if err := writeCSV(filepath.Join(out, "soak.csv"), plan); err != nil {
+		return err
+	}
+	return drawCharts(out, plan)
+}
+
+// csvKinds are the request kinds whose p50 and p99 the CSV has a column
+// for, whether or not a run made them.
+var csvKinds = []string{"create", "update", "delete", "event", "grant", "renew", "list", "compact"}
+
+func writeCSV(path string, plan []*run) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	head := []string{"run", "server", "config", "seconds", "rss_bytes", "heap_inuse_bytes", "goroutines", "open_files", "data_dir_bytes", "cpu_percent", "head_revision", "oldest_revision", "expired_leases"}
+	for _, k := range csvKinds {
+		head = append(head, k+"_n", k+"_p50_ms", k+"_p99_ms")
+	}
+	w.Write(head)
+	g := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	msf := func(d time.Duration) string { return g(float64(d) / float64(time.Millisecond)) }
+	for _, r := range plan {
+		for _, s := range r.samples {
+			row := []string{r.name, r.kind, r.conf, g(s.at.Seconds()), g(s.rss), g(s.heap), g(s.goroutines), g(s.files), g(s.dataDir),
+				strconv.FormatFloat(s.cpu, 'f', 1, 64), strconv.FormatInt(s.head, 10), strconv.FormatInt(s.oldest, 10), strconv.Itoa(s.expired)}
+			for _, k := range csvKinds {
+				row = append(row, strconv.Itoa(len(s.lat[k])), msf(quantile(s.lat[k], 0.5)), msf(quantile(s.lat[k], 0.99)))
+			}
+			w.Write(row)
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return err
+	}
+	return f.Close()
+}
