@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,6 +75,15 @@ type Options struct {
 	// NoSync commits without fsync (etcd's --unsafe-no-fsync): faster,
 	// and an acknowledged write can be lost in a crash. Tests only.
 	NoSync bool
+	// WAL puts sett's own write-ahead log (see wal.go) in front of
+	// Badger, which then commits without syncing: a commit costs one
+	// append and one fdatasync, shared by the commits written meanwhile.
+	// A store opened without it replays a log left by one opened with
+	// it, then removes the log.
+	WAL bool
+	// SegmentSize is the size of the log's segment files; zero means
+	// DefaultSegmentSize.
+	SegmentSize int64
 }
 
 // DefaultDiskReserve is the free space commits leave on the data
@@ -130,6 +140,17 @@ type DB struct {
 	stopTrim  chan struct{} // closed by Close
 	trimDone  chan struct{}
 	closeTrim sync.Once
+
+	// wal is the write-ahead log, nil without Options.WAL. commitMu
+	// orders commits so that a record's seq is the order Badger
+	// committed them in. checkpointMu runs one checkpoint at a time;
+	// kick asks the checkpointer for one, which ends when stopTrim
+	// closes (checkpointDone).
+	wal            *wal
+	commitMu       sync.Mutex
+	checkpointMu   sync.Mutex
+	kick           chan struct{}
+	checkpointDone chan struct{}
 }
 
 var _ engine.Engine = (*DB)(nil)
@@ -147,7 +168,7 @@ func Open(o Options) (*DB, error) {
 	baseLevel := cmp.Or(max(o.BaseLevelSize, 0), DefaultBaseLevelSize)
 	opts := bdg.DefaultOptions(o.Dir).
 		WithInMemory(o.InMemory).
-		WithSyncWrites(!o.InMemory && !o.NoSync).
+		WithSyncWrites(!o.InMemory && !o.NoSync && !o.WAL).
 		WithDetectConflicts(o.DetectConflicts).
 		WithNumVersionsToKeep(1).
 		// A small footprint: single-node Kubernetes keeps well under a few
@@ -225,6 +246,13 @@ func Open(o Options) (*DB, error) {
 			return nil, err
 		}
 	}
+	if !o.InMemory {
+		if err := d.openWAL(o); err != nil {
+			d.names.close()
+			db.Close()
+			return nil, err
+		}
+	}
 	go d.trim(o.MappedLimit)
 	return d, nil
 }
@@ -274,7 +302,16 @@ func (d *DB) Begin() (engine.Txn, error) {
 	if d.db.IsClosed() {
 		return nil, engine.ErrClosed
 	}
-	return &txn{reader: reader{txn: d.db.NewTransaction(true)}, db: d}, nil
+	t := &txn{reader: reader{txn: d.db.NewTransaction(true)}, db: d}
+	if d.wal != nil {
+		// The seq is known only at commit; writing its key now keeps the
+		// transaction's size the same then, so it cannot be too big.
+		if err := t.txn.Set(walSeqKey, make([]byte, 8)); err != nil {
+			t.txn.Discard()
+			return nil, mapErr(err)
+		}
+	}
+	return t, nil
 }
 
 // Size implements engine.Engine: the bytes the files of the data
@@ -301,6 +338,9 @@ func (d *DB) Size() int64 {
 			n += diskUsage(fi)
 		}
 	}
+	if d.wal != nil {
+		n += d.wal.size()
+	}
 	return n
 }
 
@@ -314,10 +354,18 @@ func (d *DB) SetSyncObserver(o engine.SyncObserver) { d.syncs.Store(&o) }
 func (d *DB) Close() error {
 	d.closeTrim.Do(func() { close(d.stopTrim) })
 	<-d.trimDone
+	var err error
+	if d.wal != nil && !d.db.IsClosed() {
+		<-d.checkpointDone
+		if d.wal.failed() == nil {
+			err = d.checkpoint()
+		}
+		err = errors.Join(err, d.wal.close())
+	}
 	if d.names != nil {
 		d.names.close()
 	}
-	return d.db.Close()
+	return errors.Join(err, d.db.Close())
 }
 
 // GC reclaims the space of deleted and overwritten data; it backs
@@ -487,13 +535,16 @@ func (i *iterator) Seek(key []byte) {
 	i.skipFlushKey()
 }
 
-// skipFlushKey steps over GC's flush key, which a snapshot taken during
-// a flush may hold.
+// skipFlushKey steps over the engine's own keys: GC's flush key, which a
+// snapshot taken during a flush may hold, and the log's walSeqKey.
 func (i *iterator) skipFlushKey() {
-	if i.it.Valid() && bytes.Equal(i.it.Item().Key(), flushKey) {
+	for i.it.Valid() && bytes.HasPrefix(i.it.Item().Key(), ownKeys) {
 		i.it.Next()
 	}
 }
+
+// ownKeys is the prefix of the keys the engine writes for itself.
+var ownKeys = []byte("\x00sett-")
 
 func (i *iterator) Key() []byte { return i.it.Item().Key() }
 
@@ -514,6 +565,9 @@ type txn struct {
 	conflict bool
 	// bytes counts the keys and values written, for the sync observer.
 	bytes int64
+	// ops are the writes, in order, for the log's record; nil without
+	// the log.
+	ops []walOp
 }
 
 func (t *txn) Put(key, value []byte) error {
@@ -521,6 +575,9 @@ func (t *txn) Put(key, value []byte) error {
 		return mapErr(err)
 	}
 	t.bytes += int64(len(key) + len(value))
+	if t.db.wal != nil {
+		t.ops = append(t.ops, walOp{kind: walPut, key: key, value: value})
+	}
 	return nil
 }
 
@@ -529,6 +586,9 @@ func (t *txn) Delete(key []byte) error {
 		return mapErr(err)
 	}
 	t.bytes += int64(len(key))
+	if t.db.wal != nil {
+		t.ops = append(t.ops, walOp{kind: walDelete, key: key})
+	}
 	return nil
 }
 
@@ -542,6 +602,32 @@ func (t *txn) PutIf(key, value, expect []byte) error {
 }
 
 func (t *txn) Commit(ctx context.Context) error {
+	if t.db.wal == nil {
+		return t.commitSynced(ctx)
+	}
+	wait, err := t.CommitVisible(ctx)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// CommitVisible implements engine.Txn. Without the log it is Commit, and
+// wait returns at once.
+func (t *txn) CommitVisible(ctx context.Context) (wait func() error, err error) {
+	if t.db.wal == nil {
+		if err := t.commitSynced(ctx); err != nil {
+			return nil, err
+		}
+		return durable, nil
+	}
+	return t.commitLogged(ctx)
+}
+
+func durable() error { return nil }
+
+// commitSynced commits with Badger syncing its own log.
+func (t *txn) commitSynced(ctx context.Context) error {
 	if t.conflict {
 		t.txn.Discard()
 		return engine.ErrConflict
@@ -585,6 +671,81 @@ func (t *txn) Commit(ctx context.Context) error {
 }
 
 func (t *txn) Discard() { t.txn.Discard() }
+
+// commitLogged commits to Badger, unsynced, then appends the commit's
+// record to the log; wait syncs the log through it. Badger first: it
+// alone knows whether the commit conflicts, and a record in the log is
+// replayed whatever Badger said. commitMu holds the two together, so
+// that records are in Badger's order of commits.
+func (t *txn) commitLogged(ctx context.Context) (func() error, error) {
+	d := t.db
+	if t.conflict {
+		t.txn.Discard()
+		return nil, engine.ErrConflict
+	}
+	if err := ctx.Err(); err != nil {
+		t.txn.Discard()
+		return nil, err
+	}
+	if err := d.wal.failed(); err != nil {
+		t.txn.Discard()
+		return nil, fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+	}
+	if err := d.roomFor(); err != nil {
+		t.txn.Discard()
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	start := time.Now()
+	d.gate.RLock()
+	d.commitMu.Lock()
+	seq := d.wal.nextSeq()
+	err := t.txn.Set(walSeqKey, binary.BigEndian.AppendUint64(nil, seq))
+	if err == nil {
+		err = t.txn.Commit()
+	} else {
+		t.txn.Discard()
+	}
+	var segs int
+	if err == nil {
+		_, err = d.wal.append(seq, t.ops)
+		if err != nil {
+			// Badger took a commit the log did not: what a restart
+			// finds of it is unknown, and no later commit may be
+			// acknowledged on top of it (the log refuses them now).
+			err = fmt.Errorf("%w: %w", engine.ErrDurability, err)
+		}
+		segs = d.wal.segments()
+	}
+	d.commitMu.Unlock()
+	d.gate.RUnlock()
+	if err != nil {
+		mapped := mapErr(err)
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, bdg.ErrBlockedWrites) || mapped != err {
+			return nil, fmt.Errorf("commit: %w", mapped)
+		}
+		if !errors.Is(err, engine.ErrDurability) {
+			err = fmt.Errorf("%w: %w", engine.ErrDurability, err)
+		}
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if segs > 1 {
+		// A segment is full: a checkpoint lets it go.
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+	n := t.bytes
+	return func() error {
+		if err := d.wal.sync(seq); err != nil {
+			return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+		}
+		if o := d.syncs.Load(); o != nil {
+			(*o).Synced(n, time.Since(start))
+		}
+		return nil
+	}, nil
+}
 
 // roomFor refuses a commit while the data directory's file system has
 // less free space than the reserve, so that Badger never writes a page
