@@ -105,6 +105,11 @@ const (
 	DefaultBaseLevelSize   = 32 << 20
 )
 
+// valueThreshold is the size from which Badger keeps a value in its value
+// log rather than in its memtable and tables. Badger refuses a threshold
+// above a memtable's largest batch (15% of it).
+func valueThreshold(memTable int64) int64 { return min(1<<20, memTable/8) }
+
 // DB is an engine.Engine backed by Badger.
 type DB struct {
 	db  *bdg.DB
@@ -147,6 +152,7 @@ type DB struct {
 	// kick asks the checkpointer for one, which ends when stopTrim
 	// closes (checkpointDone).
 	wal            *wal
+	bigValue       int64 // valueThreshold
 	commitMu       sync.Mutex
 	checkpointMu   sync.Mutex
 	kick           chan struct{}
@@ -189,7 +195,7 @@ func Open(o Options) (*DB, error) {
 		WithValueLogFileSize(64 << 20).
 		// Badger refuses a value threshold above a memtable's largest
 		// batch (15% of it); values past it go to the value log.
-		WithValueThreshold(min(1<<20, memTable/8)).
+		WithValueThreshold(valueThreshold(memTable)).
 		WithNumCompactors(2).
 		WithCompression(options.None).
 		// Every table is read through and its checksums verified when the
@@ -227,7 +233,7 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
-	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger}
+	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -566,8 +572,9 @@ type txn struct {
 	// bytes counts the keys and values written, for the sync observer.
 	bytes int64
 	// ops are the writes, in order, for the log's record; nil without
-	// the log.
+	// the log. big says one of them went to Badger's value log.
 	ops []walOp
+	big bool
 }
 
 func (t *txn) Put(key, value []byte) error {
@@ -577,6 +584,7 @@ func (t *txn) Put(key, value []byte) error {
 	t.bytes += int64(len(key) + len(value))
 	if t.db.wal != nil {
 		t.ops = append(t.ops, walOp{kind: walPut, key: key, value: value})
+		t.big = t.big || int64(len(value)) >= t.db.bigValue
 	}
 	return nil
 }
@@ -704,6 +712,14 @@ func (t *txn) commitLogged(ctx context.Context) (func() error, error) {
 		err = t.txn.Commit()
 	} else {
 		t.txn.Discard()
+	}
+	if err == nil && t.big {
+		// Badger syncs a memtable's table as it flushes it, but not the
+		// value log its entries point into: a flush that reached the
+		// disk before the value would hold a record Badger says it has
+		// and cannot read. No later write can fill the memtable before
+		// this sync, since commitMu and the gate hold them off.
+		err = d.syncValueLogs()
 	}
 	var segs int
 	if err == nil {

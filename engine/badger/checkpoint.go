@@ -153,8 +153,20 @@ func (d *DB) checkpoint() error {
 // gave new files and the tables it flushed, which it synced itself. A
 // memtable log gone by the time it is opened was flushed to a table.
 func (d *DB) syncBadger() error {
+	return d.syncFiles("*.vlog", "*.mem")
+}
+
+// syncValueLogs syncs Badger's value log files.
+func (d *DB) syncValueLogs() error {
+	return d.syncFiles("*.vlog")
+}
+
+// syncFiles syncs the files of the data directory that match patterns,
+// in the order of patterns and, within each, oldest first; then DB.Sync
+// and the directory.
+func (d *DB) syncFiles(patterns ...string) error {
 	var files []string
-	for _, pattern := range []string{"*.vlog", "*.mem"} {
+	for _, pattern := range patterns {
 		names, err := filepath.Glob(filepath.Join(d.dir, pattern))
 		if err != nil {
 			return err

@@ -124,16 +124,20 @@ func openWAL(dir string, segSize int64, after uint64, replay func(seq uint64, op
 		if err != nil {
 			return nil, fmt.Errorf("read write-ahead log: %w", err)
 		}
-		end := 0
+		// Records follow each other within a segment. Between segments
+		// a gap may hold records Badger had made durable when the log
+		// had not (see the end of openWAL): replay checks that those
+		// past what Badger holds follow it without one.
+		end, prev := 0, first-1
 		for end < len(data) {
 			seq, ops, n, ok := decodeRecord(data[end:])
 			if !ok {
 				break
 			}
-			if last != 0 && seq != last+1 || last == 0 && seq != first {
-				return nil, fmt.Errorf("%w: %w: record %d follows %d in segment %x", ErrDamaged, errWALDamaged, seq, last, first)
+			if seq != prev+1 {
+				return nil, fmt.Errorf("%w: %w: record %d follows %d in segment %x", ErrDamaged, errWALDamaged, seq, prev, first)
 			}
-			last = seq
+			prev, last = seq, seq
 			if seq > after {
 				if seq != w.next {
 					return nil, fmt.Errorf("%w: %w: the store holds records through %d, and the log resumes at %d", ErrDamaged, errWALDamaged, after, seq)
@@ -173,9 +177,10 @@ func openWAL(dir string, segSize int64, after uint64, replay func(seq uint64, op
 		w.written.Store(after)
 		w.synced.Store(after)
 	}
-	if w.f == nil || w.off == 0 && w.segs[len(w.segs)-1] != w.next {
-		// No segment, or an empty last one named for a seq the store has
-		// moved past: start afresh at the next record.
+	// Badger may hold records the log lost, commits never acknowledged
+	// that it flushed to a table of its own before the log was synced:
+	// the next record then follows Badger's, in a segment of its own.
+	if w.f == nil || w.off == 0 && w.segs[len(w.segs)-1] != w.next || w.off > 0 && last+1 != w.next {
 		if w.f != nil {
 			w.f.Close()
 			w.f = nil

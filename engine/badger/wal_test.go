@@ -270,3 +270,28 @@ func copyDir(t *testing.T, from, to string) {
 		}
 	}
 }
+
+// TestWALBehindBadger: when Badger holds records the log lost (flushed
+// to a table before the log synced them), the next record follows
+// Badger's in a segment of its own, and the log opens again.
+func TestWALBehindBadger(t *testing.T) {
+	dir := t.TempDir()
+	w, _ := replayed(t, dir, 0)
+	appendRecords(t, w, 1, 3)
+	w.close()
+	w, seqs := replayed(t, dir, 5)
+	if len(seqs) != 0 {
+		t.Fatalf("replayed %v past 5", seqs)
+	}
+	if seq := w.nextSeq(); seq != 6 {
+		t.Fatalf("next record %d, want 6", seq)
+	}
+	appendRecords(t, w, 6, 7)
+	w.close()
+	if _, seqs := replayed(t, dir, 5); fmt.Sprint(seqs) != "[6 7]" {
+		t.Fatalf("replayed %v, want [6 7]", seqs)
+	}
+	if _, err := openWAL(dir, 4<<10, 3, func(uint64, []walOp) error { return nil }); err == nil {
+		t.Fatal("a log missing records 4 and 5 past what Badger holds opened")
+	}
+}
