@@ -310,9 +310,12 @@ func (d *DB) Begin() (engine.Txn, error) {
 	}
 	t := &txn{reader: reader{txn: d.db.NewTransaction(true)}, db: d}
 	if d.wal != nil {
-		// The seq is known only at commit; writing its key now keeps the
-		// transaction's size the same then, so it cannot be too big.
-		if err := t.txn.Set(walSeqKey, make([]byte, 8)); err != nil {
+		// The seq is known only at commit, and a transaction filled to
+		// the limit could take no write then: the key is written now,
+		// and its value, which Badger keeps by reference until it
+		// commits, filled in at commit.
+		t.seq = make([]byte, 8)
+		if err := t.txn.Set(walSeqKey, t.seq); err != nil {
 			t.txn.Discard()
 			return nil, mapErr(err)
 		}
@@ -344,9 +347,9 @@ func (d *DB) Size() int64 {
 			n += diskUsage(fi)
 		}
 	}
-	if d.wal != nil {
-		n += d.wal.size()
-	}
+	// The write-ahead log's segments are not counted, as etcd's db size
+	// leaves out its WAL: they are allocated whole, and checkpoints keep
+	// them to a few.
 	return n
 }
 
@@ -575,6 +578,8 @@ type txn struct {
 	// the log. big says one of them went to Badger's value log.
 	ops []walOp
 	big bool
+	// seq is the value of walSeqKey the transaction writes.
+	seq []byte
 }
 
 func (t *txn) Put(key, value []byte) error {
@@ -707,12 +712,8 @@ func (t *txn) commitLogged(ctx context.Context) (func() error, error) {
 	d.gate.RLock()
 	d.commitMu.Lock()
 	seq := d.wal.nextSeq()
-	err := t.txn.Set(walSeqKey, binary.BigEndian.AppendUint64(nil, seq))
-	if err == nil {
-		err = t.txn.Commit()
-	} else {
-		t.txn.Discard()
-	}
+	binary.BigEndian.PutUint64(t.seq, seq)
+	err := t.txn.Commit()
 	if err == nil && t.big {
 		// Badger syncs a memtable's table as it flushes it, but not the
 		// value log its entries point into: a flush that reached the

@@ -391,21 +391,6 @@ func (w *wal) segments() int {
 	return len(w.segs)
 }
 
-// size returns the bytes the segments occupy on disk.
-func (w *wal) size() int64 {
-	entries, err := os.ReadDir(w.dir)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, e := range entries {
-		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			n += diskUsage(fi)
-		}
-	}
-	return n
-}
-
 func (w *wal) close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
