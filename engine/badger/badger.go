@@ -400,8 +400,15 @@ func (d *DB) GC() error {
 	}
 	for {
 		err := d.db.RunValueLogGC(0.5)
-		// A rewrite moves values into a value log file it starts.
-		if err := d.settleNames(); err != nil {
+		// A rewrite moves values into a value log file it starts, and
+		// removes the file they were in. With the log in front, Badger
+		// synced neither the moved values nor the memtable entries that
+		// point at them: both are synced before the removal is.
+		sync := d.settleNames
+		if d.wal != nil {
+			sync = d.syncBadger
+		}
+		if err := sync(); err != nil {
 			return fmt.Errorf("value log gc: %w", err)
 		}
 		switch {
