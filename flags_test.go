@@ -186,6 +186,8 @@ var flagFields = map[string]struct {
 	"watch-progress-notify-interval": {"WatchProgressNotifyInterval", "7s", nil},
 	"warning-unary-request-duration": {"WarningUnaryRequestDuration", "7s", nil},
 	"unsafe-no-fsync":                {"UnsafeNoFsync", "", nil},
+	"wal":                            {"WAL", "", nil},
+	"pipeline":                       {"Pipeline", "", nil},
 	"memory-limit":                   {"MemoryLimit", "7MiB", nil},
 	"watch-ring-events":              {"WatchRingEvents", "7", nil},
 	"watch-ring-bytes":               {"WatchRingBytes", "7", nil},

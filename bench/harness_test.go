@@ -209,6 +209,11 @@ func (t *countingTxn) Commit(ctx context.Context) error {
 	return t.Txn.Commit(ctx)
 }
 
+func (t *countingTxn) CommitVisible(ctx context.Context) (func() error, error) {
+	t.commits.Add(1)
+	return t.Txn.CommitVisible(ctx)
+}
+
 // walFsyncs reads etcd's own count of WAL fsyncs from the process's
 // Prometheus registry, where the embedded etcd registers it.
 func walFsyncs() int64 {

@@ -147,6 +147,15 @@ type Config struct {
 	// UnsafeNoFsync commits without syncing: an acknowledged write can be
 	// lost in a crash (--unsafe-no-fsync, false; tests only).
 	UnsafeNoFsync bool
+	// WAL keeps sett's own write-ahead log in front of Badger, which
+	// then commits without syncing: a batch of commits costs one append
+	// and one fdatasync (--wal, true). A data dir written with it opens
+	// without it: the log is replayed, then removed.
+	WAL bool
+	// Pipeline applies and commits the next batch of writes while the
+	// last one is made durable, and answers each once it is (--pipeline,
+	// true). It pays with WAL; Badger alone syncs as it commits.
+	Pipeline bool
 
 	// Snapshots are taken on SnapshotScheduleCron (5 fields, or "@every
 	// 6h"; empty: never) into SnapshotDir (default: DataDir +
@@ -181,6 +190,8 @@ func NewConfig() Config {
 		Name:                        "default",
 		DataDir:                     "./sett.data",
 		Engine:                      "badger",
+		WAL:                         true,
+		Pipeline:                    true,
 		ElectionLease:               2 * time.Second,
 		StrictReconfigCheck:         true,
 		ListenClientURLs:            []string{"http://127.0.0.1:2379"},

@@ -120,7 +120,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	st, err := openStorage(cfg.Engine, strings.Join(cfg.TiKVPDEndpoints, ","), storeDir, mem, cfg.UnsafeNoFsync, log)
+	st, err := openStorage(cfg.Engine, strings.Join(cfg.TiKVPDEndpoints, ","), storeDir, mem, cfg.UnsafeNoFsync, cfg.WAL, log)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	hub := watch.NewHub(watch.Options{RingEvents: cfg.WatchRingEvents, RingBytes: ringBytes})
 	// On a shared engine (TiKV) this member is one of several: it leads
 	// only once elected, and follows meanwhile.
-	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub, Clustered: st.shared})
+	store, err := mvcc.Open(db, mvcc.Options{Logger: log, Listener: hub, Clustered: st.shared, Pipeline: cfg.Pipeline})
 	if err != nil {
 		return nil, err
 	}

@@ -23,12 +23,13 @@ type storage struct {
 
 // openStorage opens the engine --engine names: Badger in dir, or TiKV
 // (in storage_tikv.go, only in a binary built with -tags tikv).
-// noSync turns Badger's fsync off (--unsafe-no-fsync).
-func openStorage(engineName, pdEndpoints, dir string, mem budget, noSync bool, log *slog.Logger) (*storage, error) {
+// noSync turns Badger's fsync off (--unsafe-no-fsync); wal puts sett's
+// write-ahead log in front of it (--experimental-wal).
+func openStorage(engineName, pdEndpoints, dir string, mem budget, noSync, wal bool, log *slog.Logger) (*storage, error) {
 	switch engineName {
 	case "badger":
 		db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped, NoSync: noSync,
-			LevelZeroTables: mem.levelZero, BaseLevelSize: mem.baseLevel})
+			LevelZeroTables: mem.levelZero, BaseLevelSize: mem.baseLevel, WAL: wal && !noSync})
 		if err != nil {
 			return nil, err
 		}

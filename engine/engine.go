@@ -109,6 +109,18 @@ type Txn interface {
 	// done commits nothing and returns ctx.Err(); one that ends while the
 	// commit is under way may leave its outcome unknown (ErrUndetermined).
 	Commit(ctx context.Context) error
+	// CommitVisible commits as Commit does, and the writes are visible to
+	// every transaction and snapshot begun after it returns, but it
+	// returns before they are durable: wait returns nil once they are,
+	// or an error wrapping ErrDurability if they could not be made so.
+	// Until wait returns nil a crash may take the commit back, and
+	// commits become durable in the order they were made: when wait
+	// returns nil, every commit made before this one is durable too. A
+	// caller must not acknowledge what it read of such a commit before
+	// its wait returns. An engine that makes a commit durable as it
+	// commits returns a wait that returns nil at once. wait may be
+	// called from any goroutine, and more than once.
+	CommitVisible(ctx context.Context) (wait func() error, err error)
 	// Discard drops the transaction; it is a no-op after Commit.
 	Discard()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -85,6 +86,12 @@ func (s *Store) enqueue(ctx context.Context, req *request) (result, bool) {
 // members commit (follow).
 func (s *Store) sequence() {
 	defer close(s.done)
+	if s.pending != nil {
+		defer func() {
+			close(s.pending)
+			<-s.published
+		}()
+	}
 	var poll <-chan time.Time
 	if s.opts.Clustered {
 		t := time.NewTicker(s.opts.FollowInterval)
@@ -101,6 +108,7 @@ func (s *Store) sequence() {
 			}
 			batch = s.take(append(batch[:0], req))
 		case f := <-s.controls:
+			s.drain()
 			f()
 		case <-poll:
 			if s.term.Load() == nil {
@@ -117,6 +125,9 @@ func (s *Store) sequence() {
 
 // take fills batch with what is queued and commits it.
 func (s *Store) take(batch []*request) []*request {
+	if err := s.syncErr.Load(); err != nil && s.broken == nil {
+		s.broken = *err
+	}
 	if s.broken != nil {
 		s.failAll(batch, s.broken)
 		return batch
@@ -163,8 +174,10 @@ func (s *Store) commit(batch []*request) int {
 			undos[i]()
 		}
 	}
-	rev, compact := s.rev.Load(), s.compact.Load()
-	applied := s.applied.Load()
+	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
+	if s.pending != nil {
+		rev, compact, applied = s.head.rev, s.head.compact, s.head.applied
+	}
 	var keys int64
 	results := make([]result, 0, len(batch))
 	var notify []committed
@@ -231,6 +244,25 @@ func (s *Store) commit(batch []*request) int {
 		return s.failAll(batch, err)
 	}
 	start := time.Now()
+	if s.pending != nil {
+		wait, err := etx.CommitVisible(context.Background())
+		if err != nil {
+			if err := s.commitFailed(t, err, rev, applied, len(batch)); err != nil {
+				abort()
+				return s.failAll(batch, err)
+			}
+		}
+		if wait == nil {
+			// An outcome the engine lost and read back: it landed.
+			wait = func() error { return nil }
+		}
+		s.head = state{rev: rev, compact: compact, applied: applied}
+		// The sequencer reuses batch's array for the next batch.
+		s.pending <- &inflight{wait: wait, start: start, batch: slices.Clone(batch), results: results,
+			rev: rev, compact: compact, applied: applied, keys: keys, notify: notify, hooks: hooks,
+			countGen: countGen, savedRanges: saveRanges}
+		return len(batch)
+	}
 	if err := etx.Commit(context.Background()); err != nil {
 		if err := s.commitFailed(t, err, rev, applied, len(batch)); err != nil {
 			abort()
@@ -344,6 +376,9 @@ func (s *Store) commitLarge(req *request) {
 		s.failAll([]*request{req}, ErrNotLeader)
 		return
 	}
+	// Its engine transactions are synced one by one: the batches before
+	// it are answered first, and it builds on the published state.
+	s.drain()
 	rev, compact, applied := s.rev.Load(), s.compact.Load(), s.applied.Load()
 	tx, err := newSpillTxn(t.eng, rev+1)
 	if err != nil {
@@ -428,7 +463,92 @@ func (s *Store) commitLarge(req *request) {
 	req.took, req.ops = took, w.ops
 	s.report([]*request{req}, []result{{}})
 	s.publish(rev, w.compact, applied, w.keys, notify, w.hooks)
+	s.head = s.current()
 	req.done <- result{resp: resp}
+}
+
+// current returns the published state.
+func (s *Store) current() state {
+	return state{rev: s.rev.Load(), compact: s.compact.Load(), applied: s.applied.Load()}
+}
+
+// inflight is a batch committed and visible in the engine, not yet
+// durable: the publisher publishes it and answers its requests once wait
+// returns. A barrier instead is closed when every batch before it is
+// answered (see drain).
+type inflight struct {
+	wait        func() error
+	start       time.Time
+	batch       []*request
+	results     []result
+	rev         int64
+	compact     int64
+	applied     uint64
+	keys        int64
+	notify      []committed
+	hooks       []func()
+	countGen    int64
+	savedRanges bool
+
+	barrier chan struct{}
+}
+
+// publishing is the pipelined store's publisher. It takes the batches
+// the sequencer committed, in order, and publishes each once its sync
+// returns: nobody reads above the published revision, so a batch
+// committed after it, visible in the engine already, stays unseen until
+// it is durable too. Syncs complete in commit order (see
+// engine.Txn.CommitVisible), so publishing in that order publishes
+// nothing a power cut could take back. A sync that fails stops the
+// store: the batch, and every one committed after it, fails with an
+// unknown outcome, as etcd stops on a failed WAL fsync; opening the
+// store again recovers the last durable state.
+func (s *Store) publishing() {
+	defer close(s.published)
+	for f := range s.pending {
+		if f.barrier != nil {
+			close(f.barrier)
+			continue
+		}
+		var err error
+		if p := s.syncErr.Load(); p != nil {
+			err = fmt.Errorf("%w: %w", ErrUnknownOutcome, *p)
+		} else if werr := f.wait(); werr != nil {
+			broken := fmt.Errorf("%w: %w", ErrBroken, werr)
+			s.syncErr.CompareAndSwap(nil, &broken)
+			s.log.Error("commit failed: the disk did not take it, so what it holds is unknown. "+
+				"sett takes no more writes and keeps serving reads; check the disk (dmesg, df), "+
+				"then restart sett, which recovers the last durable state",
+				"error", werr, "revision", f.rev, "requests", len(f.batch))
+			err = fmt.Errorf("%w: %w", ErrUnknownOutcome, werr)
+		}
+		if err != nil {
+			s.failAll(f.batch, err)
+			continue
+		}
+		if o := s.observe(); o != nil {
+			o.Committed(len(f.batch), time.Since(f.start))
+		}
+		if f.savedRanges {
+			s.live.markSaved(f.countGen, time.Now())
+		}
+		s.report(f.batch, f.results)
+		s.publish(f.rev, f.compact, f.applied, f.keys, f.notify, f.hooks)
+		for i, req := range f.batch {
+			req.done <- f.results[i]
+		}
+	}
+}
+
+// drain returns once every batch committed so far is answered, so that
+// the published state is the sequencer's head again.
+func (s *Store) drain() {
+	if s.pending == nil {
+		return
+	}
+	b := make(chan struct{})
+	s.pending <- &inflight{barrier: b}
+	<-b
 }
 
 // failAll answers every request of batch with err: none committed.

@@ -158,6 +158,11 @@ func (t *spillTxn) Commit(context.Context) error {
 	return errors.New("mvcc: spillTxn commits with finish")
 }
 
+// CommitVisible is not used either.
+func (t *spillTxn) CommitVisible(context.Context) (func() error, error) {
+	return nil, errors.New("mvcc: spillTxn commits with finish")
+}
+
 // undoBatch is how many changed keys undoRevision takes back per engine
 // transaction: each is a few small writes.
 const undoBatch = 1000

@@ -31,6 +31,10 @@ type Options struct {
 	// FollowInterval is how often a following store looks for revisions
 	// other members committed. Zero means 10ms.
 	FollowInterval time.Duration
+	// Pipeline commits each batch while the one before it is being made
+	// durable (engine.Txn.CommitVisible), publishing and answering each
+	// once its own sync returns, in order. Ignored when Clustered.
+	Pipeline bool
 }
 
 // Store is the MVCC key space. Reads run concurrently on engine
@@ -66,6 +70,19 @@ type Store struct {
 	// broken, once set, fails every write: see commitLarge. Only the
 	// sequencer uses it.
 	broken error
+
+	// head is the state the next batch builds on: the published one,
+	// except while pipelined batches await their sync, whose state it
+	// is ahead by. Only the sequencer uses it, and only when pipelined.
+	head state
+	// pending carries committed batches from the sequencer to the
+	// publisher, in commit order; nil unless pipelined. published is
+	// closed when the publisher has answered every one.
+	pending   chan *inflight
+	published chan struct{}
+	// syncErr is set by the publisher when a batch could not be made
+	// durable: every later write fails (see take).
+	syncErr atomic.Pointer[error]
 
 	cleaner *cleaner
 	hasher  *compactHasher
@@ -115,6 +132,12 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 	s.delivered = s.rev.Load()
 	s.cleaner = newCleaner(s, cleaned)
 	s.hasher = newCompactHasher(s)
+	if opts.Pipeline && !opts.Clustered {
+		s.head = s.current()
+		s.pending = make(chan *inflight, 1)
+		s.published = make(chan struct{})
+		go s.publishing()
+	}
 	go s.sequence()
 	go s.cleaner.run()
 	s.log.Info("store opened", "revision", s.rev.Load(), "compact_revision", s.compact.Load(), "leading", s.Leading())

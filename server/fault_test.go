@@ -71,6 +71,15 @@ func (t *faultyTxn) Commit(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", engine.ErrDurability, errDisk)
 }
 
+// CommitVisible fails as Commit does: the fault is met as the commit is
+// made, before anything of it is visible.
+func (t *faultyTxn) CommitVisible(ctx context.Context) (func() error, error) {
+	if err := t.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
+
 // TestCommitAborted: a commit the engine aborted (it certainly did not
 // land, as when TiKV rolled back a slow transaction) fails its request
 // with etcd's retryable "leader changed", and sett goes on taking writes.

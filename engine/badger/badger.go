@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,6 +75,15 @@ type Options struct {
 	// NoSync commits without fsync (etcd's --unsafe-no-fsync): faster,
 	// and an acknowledged write can be lost in a crash. Tests only.
 	NoSync bool
+	// WAL puts sett's own write-ahead log (see wal.go) in front of
+	// Badger, which then commits without syncing: a commit costs one
+	// append and one fdatasync, shared by the commits written meanwhile.
+	// A store opened without it replays a log left by one opened with
+	// it, then removes the log.
+	WAL bool
+	// SegmentSize is the size of the log's segment files; zero means
+	// DefaultSegmentSize.
+	SegmentSize int64
 }
 
 // DefaultDiskReserve is the free space commits leave on the data
@@ -94,6 +104,11 @@ const (
 	DefaultLevelZeroTables = 8
 	DefaultBaseLevelSize   = 32 << 20
 )
+
+// valueThreshold is the size from which Badger keeps a value in its value
+// log rather than in its memtable and tables. Badger refuses a threshold
+// above a memtable's largest batch (15% of it).
+func valueThreshold(memTable int64) int64 { return min(1<<20, memTable/8) }
 
 // DB is an engine.Engine backed by Badger.
 type DB struct {
@@ -130,6 +145,18 @@ type DB struct {
 	stopTrim  chan struct{} // closed by Close
 	trimDone  chan struct{}
 	closeTrim sync.Once
+
+	// wal is the write-ahead log, nil without Options.WAL. commitMu
+	// orders commits so that a record's seq is the order Badger
+	// committed them in. checkpointMu runs one checkpoint at a time;
+	// kick asks the checkpointer for one, which ends when stopTrim
+	// closes (checkpointDone).
+	wal            *wal
+	bigValue       int64 // valueThreshold
+	commitMu       sync.Mutex
+	checkpointMu   sync.Mutex
+	kick           chan struct{}
+	checkpointDone chan struct{}
 }
 
 var _ engine.Engine = (*DB)(nil)
@@ -147,7 +174,7 @@ func Open(o Options) (*DB, error) {
 	baseLevel := cmp.Or(max(o.BaseLevelSize, 0), DefaultBaseLevelSize)
 	opts := bdg.DefaultOptions(o.Dir).
 		WithInMemory(o.InMemory).
-		WithSyncWrites(!o.InMemory && !o.NoSync).
+		WithSyncWrites(!o.InMemory && !o.NoSync && !o.WAL).
 		WithDetectConflicts(o.DetectConflicts).
 		WithNumVersionsToKeep(1).
 		// A small footprint: single-node Kubernetes keeps well under a few
@@ -168,7 +195,7 @@ func Open(o Options) (*DB, error) {
 		WithValueLogFileSize(64 << 20).
 		// Badger refuses a value threshold above a memtable's largest
 		// batch (15% of it); values past it go to the value log.
-		WithValueThreshold(min(1<<20, memTable/8)).
+		WithValueThreshold(valueThreshold(memTable)).
 		WithNumCompactors(2).
 		WithCompression(options.None).
 		// Every table is read through and its checksums verified when the
@@ -206,7 +233,7 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
-	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger}
+	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -221,6 +248,13 @@ func Open(o Options) (*DB, error) {
 	if !o.InMemory {
 		d.dir = o.Dir
 		if d.names, err = newDirSync(o.Dir); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if !o.InMemory {
+		if err := d.openWAL(o); err != nil {
+			d.names.close()
 			db.Close()
 			return nil, err
 		}
@@ -274,7 +308,19 @@ func (d *DB) Begin() (engine.Txn, error) {
 	if d.db.IsClosed() {
 		return nil, engine.ErrClosed
 	}
-	return &txn{reader: reader{txn: d.db.NewTransaction(true)}, db: d}, nil
+	t := &txn{reader: reader{txn: d.db.NewTransaction(true)}, db: d}
+	if d.wal != nil {
+		// The seq is known only at commit, and a transaction filled to
+		// the limit could take no write then: the key is written now,
+		// and its value, which Badger keeps by reference until it
+		// commits, filled in at commit.
+		t.seq = make([]byte, 8)
+		if err := t.txn.Set(walSeqKey, t.seq); err != nil {
+			t.txn.Discard()
+			return nil, mapErr(err)
+		}
+	}
+	return t, nil
 }
 
 // Size implements engine.Engine: the bytes the files of the data
@@ -301,6 +347,9 @@ func (d *DB) Size() int64 {
 			n += diskUsage(fi)
 		}
 	}
+	// The write-ahead log's segments are not counted, as etcd's db size
+	// leaves out its WAL: they are allocated whole, and checkpoints keep
+	// them to a few.
 	return n
 }
 
@@ -314,10 +363,18 @@ func (d *DB) SetSyncObserver(o engine.SyncObserver) { d.syncs.Store(&o) }
 func (d *DB) Close() error {
 	d.closeTrim.Do(func() { close(d.stopTrim) })
 	<-d.trimDone
+	var err error
+	if d.wal != nil && !d.db.IsClosed() {
+		<-d.checkpointDone
+		if d.wal.failed() == nil {
+			err = d.checkpoint()
+		}
+		err = errors.Join(err, d.wal.close())
+	}
 	if d.names != nil {
 		d.names.close()
 	}
-	return d.db.Close()
+	return errors.Join(err, d.db.Close())
 }
 
 // GC reclaims the space of deleted and overwritten data; it backs
@@ -343,8 +400,15 @@ func (d *DB) GC() error {
 	}
 	for {
 		err := d.db.RunValueLogGC(0.5)
-		// A rewrite moves values into a value log file it starts.
-		if err := d.settleNames(); err != nil {
+		// A rewrite moves values into a value log file it starts, and
+		// removes the file they were in. With the log in front, Badger
+		// synced neither the moved values nor the memtable entries that
+		// point at them: both are synced before the removal is.
+		sync := d.settleNames
+		if d.wal != nil {
+			sync = d.syncBadger
+		}
+		if err := sync(); err != nil {
 			return fmt.Errorf("value log gc: %w", err)
 		}
 		switch {
@@ -487,13 +551,16 @@ func (i *iterator) Seek(key []byte) {
 	i.skipFlushKey()
 }
 
-// skipFlushKey steps over GC's flush key, which a snapshot taken during
-// a flush may hold.
+// skipFlushKey steps over the engine's own keys: GC's flush key, which a
+// snapshot taken during a flush may hold, and the log's walSeqKey.
 func (i *iterator) skipFlushKey() {
-	if i.it.Valid() && bytes.Equal(i.it.Item().Key(), flushKey) {
+	for i.it.Valid() && bytes.HasPrefix(i.it.Item().Key(), ownKeys) {
 		i.it.Next()
 	}
 }
+
+// ownKeys is the prefix of the keys the engine writes for itself.
+var ownKeys = []byte("\x00sett-")
 
 func (i *iterator) Key() []byte { return i.it.Item().Key() }
 
@@ -514,6 +581,12 @@ type txn struct {
 	conflict bool
 	// bytes counts the keys and values written, for the sync observer.
 	bytes int64
+	// ops are the writes, in order, for the log's record; nil without
+	// the log. big says one of them went to Badger's value log.
+	ops []walOp
+	big bool
+	// seq is the value of walSeqKey the transaction writes.
+	seq []byte
 }
 
 func (t *txn) Put(key, value []byte) error {
@@ -521,6 +594,10 @@ func (t *txn) Put(key, value []byte) error {
 		return mapErr(err)
 	}
 	t.bytes += int64(len(key) + len(value))
+	if t.db.wal != nil {
+		t.ops = append(t.ops, walOp{kind: walPut, key: key, value: value})
+		t.big = t.big || int64(len(value)) >= t.db.bigValue
+	}
 	return nil
 }
 
@@ -529,6 +606,9 @@ func (t *txn) Delete(key []byte) error {
 		return mapErr(err)
 	}
 	t.bytes += int64(len(key))
+	if t.db.wal != nil {
+		t.ops = append(t.ops, walOp{kind: walDelete, key: key})
+	}
 	return nil
 }
 
@@ -542,6 +622,32 @@ func (t *txn) PutIf(key, value, expect []byte) error {
 }
 
 func (t *txn) Commit(ctx context.Context) error {
+	if t.db.wal == nil {
+		return t.commitSynced(ctx)
+	}
+	wait, err := t.CommitVisible(ctx)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// CommitVisible implements engine.Txn. Without the log it is Commit, and
+// wait returns at once.
+func (t *txn) CommitVisible(ctx context.Context) (wait func() error, err error) {
+	if t.db.wal == nil {
+		if err := t.commitSynced(ctx); err != nil {
+			return nil, err
+		}
+		return durable, nil
+	}
+	return t.commitLogged(ctx)
+}
+
+func durable() error { return nil }
+
+// commitSynced commits with Badger syncing its own log.
+func (t *txn) commitSynced(ctx context.Context) error {
 	if t.conflict {
 		t.txn.Discard()
 		return engine.ErrConflict
@@ -585,6 +691,85 @@ func (t *txn) Commit(ctx context.Context) error {
 }
 
 func (t *txn) Discard() { t.txn.Discard() }
+
+// commitLogged commits to Badger, unsynced, then appends the commit's
+// record to the log; wait syncs the log through it. Badger first: it
+// alone knows whether the commit conflicts, and a record in the log is
+// replayed whatever Badger said. commitMu holds the two together, so
+// that records are in Badger's order of commits.
+func (t *txn) commitLogged(ctx context.Context) (func() error, error) {
+	d := t.db
+	if t.conflict {
+		t.txn.Discard()
+		return nil, engine.ErrConflict
+	}
+	if err := ctx.Err(); err != nil {
+		t.txn.Discard()
+		return nil, err
+	}
+	if err := d.wal.failed(); err != nil {
+		t.txn.Discard()
+		return nil, fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+	}
+	if err := d.roomFor(); err != nil {
+		t.txn.Discard()
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	start := time.Now()
+	d.gate.RLock()
+	d.commitMu.Lock()
+	seq := d.wal.nextSeq()
+	binary.BigEndian.PutUint64(t.seq, seq)
+	err := t.txn.Commit()
+	if err == nil && t.big {
+		// Badger syncs a memtable's table as it flushes it, but not the
+		// value log its entries point into: a flush that reached the
+		// disk before the value would hold a record Badger says it has
+		// and cannot read. No later write can fill the memtable before
+		// this sync, since commitMu and the gate hold them off.
+		err = d.syncValueLogs()
+	}
+	var segs int
+	if err == nil {
+		_, err = d.wal.append(seq, t.ops)
+		if err != nil {
+			// Badger took a commit the log did not: what a restart
+			// finds of it is unknown, and no later commit may be
+			// acknowledged on top of it (the log refuses them now).
+			err = fmt.Errorf("%w: %w", engine.ErrDurability, err)
+		}
+		segs = d.wal.segments()
+	}
+	d.commitMu.Unlock()
+	d.gate.RUnlock()
+	if err != nil {
+		mapped := mapErr(err)
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, bdg.ErrBlockedWrites) || mapped != err {
+			return nil, fmt.Errorf("commit: %w", mapped)
+		}
+		if !errors.Is(err, engine.ErrDurability) {
+			err = fmt.Errorf("%w: %w", engine.ErrDurability, err)
+		}
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if segs > 1 {
+		// A segment is full: a checkpoint lets it go.
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+	n := t.bytes
+	return func() error {
+		if err := d.wal.sync(seq); err != nil {
+			return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+		}
+		if o := d.syncs.Load(); o != nil {
+			(*o).Synced(n, time.Since(start))
+		}
+		return nil
+	}, nil
+}
 
 // roomFor refuses a commit while the data directory's file system has
 // less free space than the reserve, so that Badger never writes a page

@@ -8,18 +8,20 @@ import (
 )
 
 // TestContract runs the engine contract suite on Badger as one sett uses
-// it, and with conflict detection on, as several members sharing one
-// Badger use it.
+// it, with conflict detection on, as several members sharing one Badger
+// use it, and with the write-ahead log in front of it.
 func TestContract(t *testing.T) {
-	for _, detect := range []bool{false, true} {
-		name := "default"
-		if detect {
-			name = "DetectConflicts"
-		}
+	for name, o := range map[string]Options{
+		"default":         {},
+		"DetectConflicts": {DetectConflicts: true},
+		"WAL":             {WAL: true},
+		"WALConflicts":    {WAL: true, DetectConflicts: true},
+	} {
 		t.Run(name, func(t *testing.T) {
 			enginetest.Run(t, func(t *testing.T) engine.Engine {
-				return openWith(t, Options{Dir: t.TempDir(), DetectConflicts: detect})
-			}, enginetest.Options{DetectsConflicts: detect})
+				o.Dir = t.TempDir()
+				return openWith(t, o)
+			}, enginetest.Options{DetectsConflicts: o.DetectConflicts})
 		})
 	}
 }

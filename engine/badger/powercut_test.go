@@ -60,6 +60,60 @@ var scenarios = map[string]func(*testing.T, *DB) map[string][]byte{
 	},
 }
 
+// scenarioOptions are what a scenario's store opens with, Dir aside,
+// when not the defaults.
+var scenarioOptions = map[string]Options{
+	"wal":         {WAL: true, SegmentSize: 64 << 10},
+	"wal-visible": {WAL: true, SegmentSize: 64 << 10},
+}
+
+func init() {
+	// Through several segments, checkpoints and a value log: the log
+	// alone is synced at each commit.
+	scenarios["wal"] = func(t *testing.T, db *DB) map[string][]byte {
+		want := commitKeys(t, db, "w", 400, 1000)
+		maps.Copy(want, commitKeys(t, db, "big", 2, 1<<20+1))
+		maps.Copy(want, commitKeys(t, db, "x", 100, 1000))
+		return want
+	}
+	// Commits made visible one after another, only the last awaited:
+	// its wait covers every one before it.
+	scenarios["wal-visible"] = func(t *testing.T, db *DB) map[string][]byte {
+		want := map[string][]byte{}
+		var wait func() error
+		for i := range 300 {
+			tx, err := db.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := fmt.Sprintf("v/%04d", i)
+			v := bytes.Repeat([]byte{byte('a' + i%26)}, 700)
+			if err := tx.Put([]byte(k), v); err != nil {
+				t.Fatal(err)
+			}
+			if wait, err = tx.CommitVisible(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+		if err := wait(); err != nil {
+			t.Fatal(err)
+		}
+		return want
+	}
+}
+
+// open opens the store of scenario name in dir.
+func open(t *testing.T, name, dir string) *DB {
+	o := scenarioOptions[name]
+	o.Dir = dir
+	db, err := Open(o)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return db
+}
+
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -98,19 +152,13 @@ func TestPowerCutChild(t *testing.T) {
 	}
 	dir := os.Getenv("SETT_POWERCUT_DIR")
 	if os.Getenv("SETT_POWERCUT_PHASE") == "write" {
-		db, err := Open(Options{Dir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := open(t, name, dir)
 		scenarios[name](t, db)
 		fmt.Println("committed")
 		select {} // until killed
 	}
 
-	db, err := Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatalf("open after the cut: %v", err)
-	}
+	db := open(t, name, dir)
 	defer db.Close()
 	snap, err := db.Snapshot()
 	if err != nil {
@@ -119,7 +167,7 @@ func TestPowerCutChild(t *testing.T) {
 	defer snap.Close()
 	// The scenario is deterministic: run on a throwaway engine, it
 	// commits the same keys and values.
-	want := dryRun(t, scenarios[name])
+	want := dryRun(t, name)
 	for k, v := range want {
 		got, err := snap.Get([]byte(k))
 		if err != nil || !bytes.Equal(got, v) {
@@ -187,14 +235,11 @@ func TestPowerCut(t *testing.T) {
 	}
 }
 
-// dryRun runs scenario on a throwaway engine for what it commits.
-func dryRun(t *testing.T, scenario func(*testing.T, *DB) map[string][]byte) map[string][]byte {
-	db, err := Open(Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+// dryRun runs scenario name on a throwaway engine for what it commits.
+func dryRun(t *testing.T, name string) map[string][]byte {
+	db := open(t, name, t.TempDir())
 	defer db.Close()
-	return scenario(t, db)
+	return scenarios[name](t, db)
 }
 
 // TestOpenMakesItsDir: a store opens in a directory that does not exist

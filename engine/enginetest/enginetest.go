@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) engine.Engine, o Options) {
 		{"Conflict", s.testConflict},
 		{"TxnTooBig", s.testTxnTooBig},
 		{"CommitCancelled", s.testCommitCancelled},
+		{"CommitVisible", s.testCommitVisible},
 		{"Undetermined", s.testUndetermined},
 		{"Closed", s.testClosed},
 	} {

@@ -188,6 +188,74 @@ func (s suite) testCommitCancelled(t *testing.T) {
 	}
 }
 
+// testCommitVisible: a commit whose durability is awaited apart is
+// visible to a snapshot and a transaction begun before its wait is
+// called; wait may be called again, from another goroutine, and says
+// nil; a conflict and a cancelled context fail it as they fail Commit,
+// with nothing written.
+func (s suite) testCommitVisible(t *testing.T) {
+	e := s.open(t)
+	var waits []func() error
+	for _, v := range []string{"1", "2", "3"} {
+		tx := begin(t, e)
+		if err := tx.Put([]byte("k"+v), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		wait, err := tx.CommitVisible(context.Background())
+		if err != nil {
+			t.Fatalf("CommitVisible: %v", err)
+		}
+		if got := get(t, snapshot(t, e), "k"+v); got != v {
+			t.Fatalf("a snapshot after CommitVisible, before wait: k%s = %s, want %s", v, got, v)
+		}
+		next := begin(t, e)
+		if got := get(t, next, "k"+v); got != v {
+			t.Fatalf("a transaction after CommitVisible, before wait: k%s = %s, want %s", v, got, v)
+		}
+		next.Discard()
+		waits = append(waits, wait)
+	}
+	// The last first: it covers the ones before it.
+	done := make(chan error, 1)
+	go func() { done <- waits[2]() }()
+	if err := <-done; err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	for i, wait := range waits {
+		if err := wait(); err != nil {
+			t.Fatalf("wait of commit %d: %v", i, err)
+		}
+	}
+
+	Put(t, e, "c", []byte("1"))
+	tx := begin(t, e)
+	if err := tx.PutIf([]byte("c"), []byte("2"), []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("d"), []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.CommitVisible(context.Background()); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("CommitVisible of a failed PutIf = %v, want ErrConflict", err)
+	}
+	tx = begin(t, e)
+	if err := tx.Put([]byte("d"), []byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tx.CommitVisible(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CommitVisible with a cancelled context = %v, want context.Canceled", err)
+	}
+	snap := snapshot(t, e)
+	if got := get(t, snap, "c"); got != "1" {
+		t.Errorf("c = %s after a conflicting CommitVisible, want 1", got)
+	}
+	if got := get(t, snap, "d"); got != "<none>" {
+		t.Errorf("d = %s after failed CommitVisibles, want none", got)
+	}
+}
+
 // testUndetermined: a commit whose answer is lost is ErrUndetermined,
 // not success or conflict, and a snapshot taken next sees all of its
 // writes or none: all if it landed, none if not.

@@ -101,6 +101,17 @@ func (t *txn) Commit(ctx context.Context) error {
 	return fmt.Errorf("tikv commit: %w", mapErr(err))
 }
 
+// CommitVisible implements engine.Txn: TiKV's commit is durable on its
+// replicas when it returns, so wait returns at once.
+func (t *txn) CommitVisible(ctx context.Context) (wait func() error, err error) {
+	if err := t.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return durable, nil
+}
+
+func durable() error { return nil }
+
 func (t *txn) Discard() {
 	if t.done {
 		return
