@@ -149,12 +149,18 @@ type Config struct {
 	UnsafeNoFsync bool
 	// WAL keeps sett's own write-ahead log in front of Badger, which
 	// then commits without syncing: a batch of commits costs one append
-	// and one fdatasync (--wal, true). A data dir written with it opens
-	// without it: the log is replayed, then removed.
+	// and one fdatasync (--wal, false). A data dir written with it opens
+	// without it: the log is replayed, then removed. Off by default
+	// while one case stays open: replay starts after the last commit
+	// Badger holds, which trusts Badger's unsynced memtable logs to
+	// survive a power cut as a prefix of its commits across files; the
+	// power-cut file system keeps only what was synced, so it proves the
+	// rest, but a real disk may write a newer log's pages back before an
+	// older one's.
 	WAL bool
 	// Pipeline applies and commits the next batch of writes while the
 	// last one is made durable, and answers each once it is (--pipeline,
-	// true). It pays with WAL; Badger alone syncs as it commits.
+	// false). It pays with WAL; Badger alone syncs as it commits.
 	Pipeline bool
 
 	// Snapshots are taken on SnapshotScheduleCron (5 fields, or "@every
@@ -190,8 +196,6 @@ func NewConfig() Config {
 		Name:                        "default",
 		DataDir:                     "./sett.data",
 		Engine:                      "badger",
-		WAL:                         true,
-		Pipeline:                    true,
 		ElectionLease:               2 * time.Second,
 		StrictReconfigCheck:         true,
 		ListenClientURLs:            []string{"http://127.0.0.1:2379"},
