@@ -217,19 +217,7 @@ func TestImportKine(t *testing.T) {
 	kc := harness.NewClient(t, k.addr)
 	compacted := kineLoad(t, kc, longLease, shortLease)
 	ctx := harness.Context(t)
-	now, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := now.Header.Revision
-	kineHistory := make(map[int64]string)
-	for rev := compacted; rev <= last; rev++ {
-		resp, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(rev))
-		if err != nil {
-			t.Fatalf("kine at %d: %v", rev, err)
-		}
-		kineHistory[rev] = kvLine(resp.Kvs)
-	}
+	kineHistory, last := kineRevisions(t, kc, compacted)
 	if _, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("kine did not compact at %d: %v", compacted, err)
 	}
@@ -411,19 +399,7 @@ func TestImportKinePostgres(t *testing.T) {
 	kc := harness.NewClient(t, k.addr)
 	compacted := kineLoad(t, kc, longLease, shortLease)
 	ctx := harness.Context(t)
-	now, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := now.Header.Revision
-	kineHistory := make(map[int64]string)
-	for rev := compacted; rev <= last; rev++ {
-		resp, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(rev))
-		if err != nil {
-			t.Fatalf("kine at %d: %v", rev, err)
-		}
-		kineHistory[rev] = kvLine(resp.Kvs)
-	}
+	kineHistory, last := kineRevisions(t, kc, compacted)
 	kineEvents := eventLine(watchUntil(t, kc, "/registry/", compacted+1, last))
 	k.signal(syscall.SIGTERM)
 
@@ -455,4 +431,26 @@ func TestImportKinePostgres(t *testing.T) {
 		t.Errorf("the next write got revision %d, want kine's last %d + 1", put.Header.Revision, last)
 	}
 	s.stop()
+}
+
+// kineRevisions reads every key under /registry/ at every revision from
+// compacted to the last, as kine answers them, and returns them with the
+// last revision.
+func kineRevisions(t *testing.T, kc *clientv3.Client, compacted int64) (map[int64]string, int64) {
+	t.Helper()
+	ctx := harness.Context(t)
+	now, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := now.Header.Revision
+	history := make(map[int64]string)
+	for rev := compacted; rev <= last; rev++ {
+		resp, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+		if err != nil {
+			t.Fatalf("kine at %d: %v", rev, err)
+		}
+		history[rev] = kvLine(resp.Kvs)
+	}
+	return history, last
 }
