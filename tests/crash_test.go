@@ -51,7 +51,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	sett := startChild(t, dir, addr)
 	for cycle := 1; cycle <= cycles; cycle++ {
 		target := 300 + rand.Intn(300)
-		reqs := crashWrite(t, sett, cycle, workers, target)
+		reqs := crashWrite(t, sett, cycle, workers, target, 0, false)
 		all = append(all, reqs...)
 		sett = startChild(t, dir, addr)
 		crashVerify(t, sett.addr, all, 1)
@@ -64,8 +64,9 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 
 // crashWrite runs workers against sett until at least target writes are
 // acknowledged, then kills sett while writes are in flight. It returns
-// every request sent.
-func crashWrite(t *testing.T, sett *child, cycle, workers, target int) []*crashReq {
+// every request sent. seed varies the workers' choices from run to run;
+// big makes worker 0 pad some values past Badger's value threshold.
+func crashWrite(t *testing.T, sett *child, cycle, workers, target int, seed int64, big bool) []*crashReq {
 	cli := harness.NewClient(t, sett.addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -79,7 +80,7 @@ func crashWrite(t *testing.T, sett *child, cycle, workers, target int) []*crashR
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reqs[w] = crashWorker(ctx, t, cli, cycle, w, int64(cycle*1000+w), false, &killed, &acked, &inflight)
+			reqs[w] = crashWorker(ctx, t, cli, cycle, w, seed+int64(cycle*1000+w), big && w == 0, &killed, &acked, &inflight)
 		}()
 	}
 

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,7 +104,7 @@ func powerCut(t *testing.T, cut bool, cuts int, seed uint64) {
 			took[i] += time.Since(at)
 			at = time.Now()
 		}
-		reqs := powerCutWrite(t, sett, cycle, seed, 30+rng.IntN(120))
+		reqs := crashWrite(t, sett, cycle, crashWriters, 30+rng.IntN(120), int64(seed), true)
 		all = append(all, reqs...)
 		lap(0)
 		if cut {
@@ -162,51 +161,6 @@ func resume(ctx context.Context, cli *clientv3.Client, s *lincheck.Stream) {
 		}
 		cancel()
 	}
-}
-
-// powerCutWrite runs the crash writers against sett until at least target
-// writes are acknowledged and some are in flight, then kills sett, and
-// returns every request they sent.
-func powerCutWrite(t *testing.T, sett *child, cycle int, seed uint64, target int) []*crashReq {
-	cli := harness.NewClient(t, sett.addr)
-	defer cli.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var (
-		acked, inflight atomic.Int64
-		killed          atomic.Bool
-		wg              sync.WaitGroup
-		reqs            = make([][]*crashReq, crashWriters)
-	)
-	for w := range crashWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reqs[w] = crashWorker(ctx, t, cli, cycle, w, int64(seed)+int64(cycle*1000+w), w == 0, &killed, &acked, &inflight)
-		}()
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for acked.Load() < int64(target) || inflight.Load() == 0 {
-		if time.Now().After(deadline) {
-			killed.Store(true)
-			cancel()
-			wg.Wait()
-			t.Fatalf("cycle %d: only %d writes acknowledged in 60s\n%s", cycle, acked.Load(), sett.logTail())
-		}
-		if t.Failed() {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	killed.Store(true)
-	sett.kill()
-	cancel()
-	wg.Wait()
-	var out []*crashReq
-	for _, rs := range reqs {
-		out = append(out, rs...)
-	}
-	return out
 }
 
 // checkPowerCutLog reads every revision sett holds after the last restart
