@@ -152,6 +152,7 @@ type DB struct {
 	// kick asks the checkpointer for one, which ends when stopTrim
 	// closes (checkpointDone).
 	wal            *wal
+	logFirst       bool  // Commit syncs the record before Badger commits (!DetectConflicts)
 	bigValue       int64 // valueThreshold
 	commitMu       sync.Mutex
 	checkpointMu   sync.Mutex
@@ -233,7 +234,8 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
 	}
-	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable)}
+	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable),
+		logFirst: !o.DetectConflicts}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -368,6 +370,9 @@ func (d *DB) Close() error {
 		<-d.checkpointDone
 		if d.wal.failed() == nil {
 			err = d.checkpoint()
+			if err == nil {
+				err = d.wal.retire()
+			}
 		}
 		err = errors.Join(err, d.wal.close())
 	}
@@ -625,6 +630,9 @@ func (t *txn) Commit(ctx context.Context) error {
 	if t.db.wal == nil {
 		return t.commitSynced(ctx)
 	}
+	if t.db.logFirst {
+		return t.commitLogFirst(ctx)
+	}
 	wait, err := t.CommitVisible(ctx)
 	if err != nil {
 		return err
@@ -691,6 +699,70 @@ func (t *txn) commitSynced(ctx context.Context) error {
 }
 
 func (t *txn) Discard() { t.txn.Discard() }
+
+// commitLogFirst appends the commit's record to the log and syncs it,
+// then commits to Badger, unsynced. So Badger never holds a commit the
+// log could lose: after a power cut the log holds every commit Badger
+// may hold past its last checkpoint, and replaying it puts back
+// whatever Badger lost of them (see wal.replayFrom). commitMu holds the
+// three together, so that records are in Badger's order of commits; a
+// commit of another goroutine waits for the sync. Badger detects no
+// conflicts here (DB.logFirst), so it takes every commit the log holds.
+func (t *txn) commitLogFirst(ctx context.Context) error {
+	d := t.db
+	if t.conflict {
+		t.txn.Discard()
+		return engine.ErrConflict
+	}
+	if err := ctx.Err(); err != nil {
+		t.txn.Discard()
+		return err
+	}
+	if err := d.wal.failed(); err != nil {
+		t.txn.Discard()
+		return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+	}
+	if err := d.roomFor(); err != nil {
+		t.txn.Discard()
+		return fmt.Errorf("commit: %w", err)
+	}
+	start := time.Now()
+	d.gate.RLock()
+	d.commitMu.Lock()
+	seq := d.wal.nextSeq()
+	binary.BigEndian.PutUint64(t.seq, seq)
+	_, err := d.wal.append(seq, t.ops)
+	if err == nil {
+		err = d.wal.sync(seq)
+	}
+	if err != nil {
+		t.txn.Discard()
+	} else if err = t.txn.Commit(); err != nil {
+		// The log holds a commit Badger did not take; opening the store
+		// again replays it. Until then nothing more is acknowledged.
+		err = d.wal.fail(fmt.Errorf("badger refused a logged commit: %w", err))
+	} else if t.big {
+		// As in commitLogged: a table flushed before the value log it
+		// points into was synced would hold a value Badger cannot read.
+		err = d.syncValueLogs()
+	}
+	segs := d.wal.segments()
+	d.commitMu.Unlock()
+	d.gate.RUnlock()
+	if err != nil {
+		return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
+	}
+	if segs > 1 {
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+	if o := d.syncs.Load(); o != nil {
+		(*o).Synced(t.bytes, time.Since(start))
+	}
+	return nil
+}
 
 // commitLogged commits to Badger, unsynced, then appends the commit's
 // record to the log; wait syncs the log through it. Badger first: it

@@ -117,38 +117,34 @@ func openWAL(dir string, segSize int64, after uint64, replay func(seq uint64, op
 		w.segs = append(w.segs, first)
 	}
 	slices.Sort(w.segs)
-	w.next = after + 1
+	from, err := w.replayFrom(after)
+	if err != nil {
+		return nil, err
+	}
+	w.next = from
 	last := uint64(0) // the seq of the last record read
 	for i, first := range w.segs {
 		data, err := os.ReadFile(w.path(first))
 		if err != nil {
 			return nil, fmt.Errorf("read write-ahead log: %w", err)
 		}
-		// Records follow each other within a segment. Between segments
-		// a gap may hold records Badger had made durable when the log
-		// had not (see the end of openWAL): replay checks that those
-		// past what Badger holds follow it without one.
-		end, prev := 0, first-1
-		for end < len(data) {
-			seq, ops, n, ok := decodeRecord(data[end:])
-			if !ok {
-				break
+		end, segLast, err := scanSegment(data, first, func(seq uint64, ops []walOp) error {
+			if seq < from {
+				return nil
 			}
-			if seq != prev+1 {
-				return nil, fmt.Errorf("%w: %w: record %d follows %d in segment %x", ErrDamaged, errWALDamaged, seq, prev, first)
+			if seq != w.next {
+				return fmt.Errorf("%w: %w: the store holds records through %d, and the log resumes at %d", ErrDamaged, errWALDamaged, after, seq)
 			}
-			prev, last = seq, seq
-			if seq > after {
-				if seq != w.next {
-					return nil, fmt.Errorf("%w: %w: the store holds records through %d, and the log resumes at %d", ErrDamaged, errWALDamaged, after, seq)
-				}
-				if err := replay(seq, ops); err != nil {
-					return nil, fmt.Errorf("replay write-ahead log record %d: %w", seq, err)
-				}
-				w.next = seq + 1
+			if err := replay(seq, ops); err != nil {
+				return fmt.Errorf("replay write-ahead log record %d: %w", seq, err)
 			}
-			end += n
+			w.next = seq + 1
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
+		last = max(last, segLast)
 		if i < len(w.segs)-1 {
 			if !zeros(data[end:]) {
 				return nil, fmt.Errorf("%w: %w: segment %x holds a bad record at byte %d", ErrDamaged, errWALDamaged, first, end)
@@ -190,6 +186,75 @@ func openWAL(dir string, segSize int64, after uint64, replay func(seq uint64, op
 		}
 	}
 	return w, nil
+}
+
+// replayFrom returns the seq of the first record opening replays, given
+// that Badger's seq key says it holds records through after.
+//
+// Badger does not sync its own logs between checkpoints, and after a
+// power cut it may hold a later commit and not an earlier one: each
+// memtable has a log file of its own, and the kernel writes back dirty
+// pages of one file before another's. The seq key then names the later
+// commit. So when the log holds every record Badger says it holds, every
+// record of its last run of consecutive records is replayed again, in
+// order: each commit's writes land again over whatever Badger kept, and
+// the last write of each key is the log's. The run reaches back past
+// the last checkpoint, which made Badger durable through a record the
+// log still holds.
+//
+// Only when Badger holds records the log lost (a commit made visible
+// before its record was synced, see txn.CommitVisible) does replay
+// start after them: rewriting older records would take back some of
+// what those commits wrote and not the rest.
+func (w *wal) replayFrom(after uint64) (uint64, error) {
+	var run, last uint64 // the first and last record of the log's last run
+	for _, first := range w.segs {
+		data, err := os.ReadFile(w.path(first))
+		if err != nil {
+			return 0, fmt.Errorf("read write-ahead log: %w", err)
+		}
+		_, segLast, err := scanSegment(data, first, nil)
+		if err != nil {
+			return 0, err
+		}
+		if segLast < first {
+			continue // no record
+		}
+		if run == 0 || first != last+1 {
+			run = first
+		}
+		last = segLast
+	}
+	if run == 0 || last < after {
+		return after + 1, nil
+	}
+	return min(run, after+1), nil
+}
+
+// scanSegment reads the records of a segment whose first record is
+// first, handing each to fn (if not nil), and returns where the last
+// whole one ends and its seq (first-1 if none). Records follow each
+// other within a segment; between segments a gap may hold records Badger
+// had made durable when the log had not (see the end of openWAL).
+func scanSegment(data []byte, first uint64, fn func(seq uint64, ops []walOp) error) (end int, last uint64, err error) {
+	last = first - 1
+	for end < len(data) {
+		seq, ops, n, ok := decodeRecord(data[end:])
+		if !ok {
+			break
+		}
+		if seq != last+1 {
+			return 0, 0, fmt.Errorf("%w: %w: record %d follows %d in segment %x", ErrDamaged, errWALDamaged, seq, last, first)
+		}
+		if fn != nil {
+			if err := fn(seq, ops); err != nil {
+				return 0, 0, err
+			}
+		}
+		last = seq
+		end += n
+	}
+	return end, last, nil
 }
 
 // zeros reports whether b is all zero bytes: an allocated, unwritten part
@@ -381,6 +446,25 @@ func (w *wal) dropThrough(seq uint64) error {
 			return fmt.Errorf("remove write-ahead log segment: %w", err)
 		}
 	}
+	return syncDir(w.dir)
+}
+
+// retire removes every segment, once a checkpoint has made Badger
+// durable through the last record and no commit can follow: a store
+// closed cleanly replays nothing when it opens.
+func (w *wal) retire() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	for _, first := range w.segs {
+		if err := os.Remove(w.path(first)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("remove write-ahead log segment: %w", err)
+		}
+	}
+	w.segs = nil
 	return syncDir(w.dir)
 }
 
