@@ -149,18 +149,15 @@ type Config struct {
 	UnsafeNoFsync bool
 	// WAL keeps sett's own write-ahead log in front of Badger, which
 	// then commits without syncing: a batch of commits costs one append
-	// and one fdatasync (--wal, false). A data dir written with it opens
-	// without it: the log is replayed, then removed. Off by default
-	// while one case stays open: replay starts after the last commit
-	// Badger holds, which trusts Badger's unsynced memtable logs to
-	// survive a power cut as a prefix of its commits across files; the
-	// power-cut file system keeps only what was synced, so it proves the
-	// rest, but a real disk may write a newer log's pages back before an
-	// older one's.
+	// and one fdatasync (--wal, true). A data dir written with it opens
+	// without it: the log is replayed, then removed.
 	WAL bool
 	// Pipeline applies and commits the next batch of writes while the
 	// last one is made durable, and answers each once it is (--pipeline,
-	// false). It pays with WAL; Badger alone syncs as it commits.
+	// false). It pays with WAL; Badger alone syncs as it commits. Off by
+	// default: a batch is in Badger before its record is synced, so a
+	// power cut can leave Badger holding unacknowledged batches the log
+	// lost, some and not others (docs/ARCHITECTURE.md, The write path).
 	Pipeline bool
 
 	// Snapshots are taken on SnapshotScheduleCron (5 fields, or "@every
@@ -226,6 +223,7 @@ func NewConfig() Config {
 		LogLevel:                    "info",
 		LogFormat:                   "auto",
 		LogOutputs:                  "default",
+		WAL:                         true,
 	}
 }
 
