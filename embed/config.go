@@ -155,9 +155,10 @@ type Config struct {
 	// Pipeline applies and commits the next batch of writes while the
 	// last one is made durable, and answers each once it is (--pipeline,
 	// false). It pays with WAL; Badger alone syncs as it commits. Off by
-	// default: a batch is in Badger before its record is synced, so a
-	// power cut can leave Badger holding unacknowledged batches the log
-	// lost, some and not others (docs/ARCHITECTURE.md, The write path).
+	// default: a batch is in Badger before its record is synced, and
+	// after a power cut the log cannot then be replayed over what
+	// Badger kept, so an acknowledged write can be lost (kill -9 loses
+	// nothing; docs/ARCHITECTURE.md, The write path).
 	Pipeline bool
 
 	// Snapshots are taken on SnapshotScheduleCron (5 fields, or "@every
