@@ -345,6 +345,7 @@ func TestScheduledSnapshots(t *testing.T) {
 		compress bool
 	}{{"etcd", true}, {"sett", false}} {
 		t.Run(tc.format, func(t *testing.T) {
+			t.Parallel() // each mostly waits for its schedule
 			dir := t.TempDir()
 			snaps := filepath.Join(dir, "snaps")
 			addr := harness.FreeAddr(t)
