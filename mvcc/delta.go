@@ -55,14 +55,15 @@ type DeltaInfo struct {
 	Size     int64
 }
 
-// WriteDelta writes to w the delta from revision from to the store's
-// current revision, or to the first revision at which about maxBytes of
-// entries are written (0: no bound), whole revisions always. It reads
+// WriteDelta writes to w the delta from revision from to revision to
+// (0, or past the current revision: the current one), or to the first
+// revision at which about maxBytes of entries are written (0: no bound),
+// whole revisions always. It reads
 // one engine snapshot, so the delta is consistent while writes go on.
 // From at or past the current revision writes a delta of no revisions
 // (To == From). From below the compact revision is ErrHistoryGone: the
 // deletions compaction removed cannot be shipped.
-func (s *Store) WriteDelta(w io.Writer, from, maxBytes int64) (DeltaInfo, error) {
+func (s *Store) WriteDelta(w io.Writer, from, to, maxBytes int64) (DeltaInfo, error) {
 	// As in snapshotView: a revision published before the snapshot
 	// opens is in it, and nothing not yet durable is read.
 	rev := s.rev.Load()
@@ -78,6 +79,9 @@ func (s *Store) WriteDelta(w io.Writer, from, maxBytes int64) (DeltaInfo, error)
 	}
 	if s.opts.Clustered || st.rev < rev {
 		rev = st.rev
+	}
+	if to > 0 && to < rev {
+		rev = to
 	}
 	if from < st.compact {
 		return DeltaInfo{}, fmt.Errorf("%w: delta from %d, compact revision %d", ErrHistoryGone, from, st.compact)

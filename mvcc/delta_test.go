@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-
 )
 
 // rangeAll reads every key at rev, as the comparison of two stores.
@@ -79,7 +78,7 @@ func TestDeltaRoundTrip(t *testing.T) {
 		t.Helper()
 		for {
 			var d bytes.Buffer
-			info, err := src.WriteDelta(&d, from, maxBytes)
+			info, err := src.WriteDelta(&d, from, 0, maxBytes)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +126,7 @@ func TestDeltaRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			var d bytes.Buffer
-			if _, err := src.WriteDelta(&d, from-10, 0); !errors.Is(err, ErrHistoryGone) {
+			if _, err := src.WriteDelta(&d, from-10, 0, 0); !errors.Is(err, ErrHistoryGone) {
 				t.Fatalf("delta from below the compact revision: %v", err)
 			}
 		}
@@ -195,7 +194,7 @@ func TestDeltaRefused(t *testing.T) {
 	src, _ := openStore(t)
 	writeHistory(t, src)
 	var d bytes.Buffer
-	if _, err := src.WriteDelta(&d, 5, 0); err != nil {
+	if _, err := src.WriteDelta(&d, 5, 9, 0); err != nil {
 		t.Fatal(err)
 	}
 	eng := openEngine(t)

@@ -16,18 +16,43 @@ import (
 // etcdutl allow (`snapshot restore FILE --data-dir DIR`): urfave/cli
 // stops parsing flags at the first argument, so the rest are parsed here.
 func OneArg(c *cli.Context, usage string) (string, error) {
+	pos, err := parse(c)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New(usage)
+	}
+	return pos[0], nil
+}
+
+// OptionalArg is OneArg for a command whose argument may be left out:
+// it returns "" then.
+func OptionalArg(c *cli.Context, usage string) (string, error) {
+	pos, err := parse(c)
+	if err != nil || len(pos) == 0 {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New(usage)
+	}
+	return pos[0], nil
+}
+
+// parse parses the flags among the arguments and returns the others.
+func parse(c *cli.Context) ([]string, error) {
 	args := c.Args().Slice()
 	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
 	set.SetOutput(io.Discard)
 	for _, f := range c.Command.Flags {
 		if err := f.Apply(set); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	var pos []string
 	for len(args) > 0 {
 		if err := set.Parse(args); err != nil {
-			return "", err
+			return nil, err
 		}
 		if args = set.Args(); len(args) > 0 {
 			pos, args = append(pos, args[0]), args[1:]
@@ -43,11 +68,5 @@ func OneArg(c *cli.Context, usage string) (string, error) {
 			}
 		}
 	})
-	if err != nil {
-		return "", err
-	}
-	if len(pos) != 1 {
-		return "", errors.New(usage)
-	}
-	return pos[0], nil
+	return pos, err
 }
