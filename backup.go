@@ -11,28 +11,26 @@ import (
 	"github.com/settdb/sett/engine/badger"
 )
 
-// The backup command's command line; the work is package backup's.
+// backupCommand is `sett backup compact`; the work is package backup's.
 func backupCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "backup",
-		Usage: "manage the continuous backup (serve --backup-interval) in an S3 bucket",
-		Subcommands: []*cli.Command{{
-			Name:  "compact",
-			Usage: "fold the deltas into a new full snapshot at the newest revision, then keep --backup-retention full snapshots",
-			Flags: append(withEnv(&cli.IntFlag{Name: "backup-retention", Usage: "full snapshots to keep, with the deltas after the oldest (0: all)"}), s3Flags(true)...),
-			Action: func(c *cli.Context) error {
-				bucket, err := openS3(c)
-				if err != nil || bucket == nil {
-					return errors.Join(err, errors.New("backup compact needs --snapshot-s3 and the bucket flags"))
-				}
-				ctx, cancel := commandContext(c)
-				defer cancel()
-				rev, err := backup.Compact(ctx, bucket, os.TempDir(), c.Int("backup-retention"), backup.RestoreOptions{Open: badger.OpenDir})
-				if err == nil {
-					fmt.Printf("Full snapshot at revision %d\n", rev)
-				}
-				return err
-			},
-		}},
+	compact := func(c *cli.Context) error {
+		bucket, err := openS3(c)
+		if err == nil && bucket == nil {
+			err = errors.New("backup compact needs --snapshot-s3 and the bucket flags")
+		}
+		if err != nil {
+			return err
+		}
+		ctx, cancel := commandContext(c)
+		defer cancel()
+		rev, err := backup.Compact(ctx, bucket, os.TempDir(), c.Int("backup-retention"), backup.RestoreOptions{Open: badger.OpenDir})
+		if err == nil {
+			fmt.Printf("Full snapshot at revision %d\n", rev)
+		}
+		return err
 	}
+	return &cli.Command{Name: "backup", Usage: "manage the continuous backup (serve --backup-interval) in an S3 bucket",
+		Subcommands: []*cli.Command{{Name: "compact", Action: compact,
+			Usage: "fold the deltas into a new full snapshot at the newest revision, then keep --backup-retention full snapshots",
+			Flags: append(withEnv(&cli.IntFlag{Name: "backup-retention", Usage: "full snapshots to keep, with the deltas after the oldest (0: all)"}), s3Flags(true)...)}}}
 }

@@ -144,17 +144,11 @@ func snapshotRestore(c *cli.Context) error {
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	switch {
-	case (c.IsSet("to-revision") || c.IsSet("to-time")) && (path != "" || bucket == nil):
-		return errors.New("--to-revision and --to-time restore the continuous backup: give --snapshot-s3 and no FILE")
-	case path == "" && bucket == nil:
-		return errors.New("snapshot restore expects one argument, the snapshot file, or none with --snapshot-s3")
-	case path == "":
-		point := backup.Point{Revision: c.Int64("to-revision")}
-		if t := c.Timestamp("to-time"); t != nil {
-			point.Time = *t
-		}
+	switch point := backup.PointAt(c.Int64("to-revision"), c.Timestamp("to-time")); {
+	case path == "" && bucket != nil:
 		_, err = backup.Restore(ctx, bucket, dir, point, backup.RestoreOptions{Open: opts.Open, Progress: opts.Progress, Log: log})
+	case path == "" || point != (backup.Point{}):
+		return errors.New("snapshot restore expects one argument, the snapshot file, or none with --snapshot-s3: the continuous backup's newest point, --to-revision or --to-time")
 	case bucket != nil:
 		_, err = snapshot.RestoreFromBucket(ctx, bucket, path, dir, opts)
 	default:

@@ -21,6 +21,15 @@ type Point struct {
 	Time     time.Time
 }
 
+// PointAt is the point a command line names: a revision (0: none) or a
+// moment (nil: none).
+func PointAt(rev int64, t *time.Time) Point {
+	if t == nil {
+		return Point{Revision: rev}
+	}
+	return Point{Revision: rev, Time: *t}
+}
+
 func (p Point) String() string {
 	switch {
 	case p.Revision > 0:

@@ -5,8 +5,10 @@ package cmdline
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -69,4 +71,20 @@ func parse(c *cli.Context) ([]string, error) {
 		}
 	})
 	return pos, err
+}
+
+// UnknownCommand refuses what `sett` was given in place of a command:
+// serve is the default, so a typo would otherwise start a server.
+func UnknownCommand(c *cli.Context) error {
+	var names []string
+	for _, cmd := range c.App.Commands {
+		if !cmd.Hidden {
+			names = append(names, cmd.Name)
+		}
+	}
+	what := "command"
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+		what = "argument to " + c.Command.Name
+	}
+	return fmt.Errorf("unknown %s %q: sett's commands are %s (serve is the default)", what, c.Args().First(), strings.Join(names, ", "))
 }
