@@ -69,10 +69,11 @@ type plan struct {
 }
 
 // planFor picks the newest full snapshot at or before p and the deltas
-// after it, and checks the chain reaches p.
-func planFor(ctx context.Context, b *snapshot.Bucket, l listing, p Point) (plan, error) {
+// after it, and checks the chain reaches p. timeOf reads the commit time
+// of an object; where names the backup in errors.
+func planFor(l listing, p Point, where string, timeOf func(name string) (time.Time, error)) (plan, error) {
 	if len(l.fulls) == 0 {
-		return plan{}, fmt.Errorf("%w: no full snapshot in %s", ErrNoPoint, b.Path(Root))
+		return plan{}, fmt.Errorf("%w: no full snapshot in %s", ErrNoPoint, where)
 	}
 	newest := l.newest()
 	var pl plan
@@ -92,13 +93,9 @@ func planFor(ctx context.Context, b *snapshot.Bucket, l listing, p Point) (plan,
 	case !p.Time.IsZero():
 		i := len(l.fulls) - 1
 		for ; i >= 0; i-- {
-			o, err := b.Stat(ctx, l.fulls[i].name)
+			t, err := timeOf(l.fulls[i].name)
 			if err != nil {
 				return plan{}, err
-			}
-			t, err := time.Parse(time.RFC3339Nano, o.Meta[metaLastTime])
-			if err != nil {
-				return plan{}, fmt.Errorf("%s: no commit time: %w", l.fulls[i].name, err)
 			}
 			if !t.After(p.Time) {
 				break
@@ -118,7 +115,7 @@ func planFor(ctx context.Context, b *snapshot.Bucket, l listing, p Point) (plan,
 		// and checked again as they are read.
 		if pl.target != 0 {
 			return plan{}, fmt.Errorf("%w: revision %d is missing from %s (the chain from the full snapshot at %d reaches %d); cannot restore to %s",
-				ErrGap, reach+1, b.Path(Root), pl.full.rev, reach, p)
+				ErrGap, reach+1, where, pl.full.rev, reach, p)
 		}
 	}
 	for _, d := range chain {
@@ -150,7 +147,7 @@ func Restore(ctx context.Context, b *snapshot.Bucket, dir string, p Point, opts 
 		return Restored{}, err
 	}
 	warnForeign(log, b, l.foreign)
-	pl, err := planFor(ctx, b, l, p)
+	pl, err := planFor(l, p, b.Path(Root), func(name string) (time.Time, error) { return commitTime(ctx, b, name) })
 	if err != nil {
 		return Restored{}, err
 	}
@@ -233,6 +230,20 @@ func applyChain(ctx context.Context, b *snapshot.Bucket, dir string, pl plan, p 
 
 var errStop = errors.New("stop")
 
+// commitTime reads the commit time of the newest revision in the object
+// name from its metadata.
+func commitTime(ctx context.Context, b *snapshot.Bucket, name string) (time.Time, error) {
+	o, err := b.Stat(ctx, name)
+	if err != nil {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, o.Meta[metaLastTime])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: no commit time: %w", name, err)
+	}
+	return t, nil
+}
+
 // Prune deletes all but the newest keep full snapshots, and the deltas
 // no restore from those can use (those ending at or before the oldest
 // kept), and returns the names deleted. Keep 0 deletes nothing.
@@ -295,10 +306,8 @@ func Compact(ctx context.Context, b *snapshot.Bucket, scratch string, keep int, 
 		_, reach := l.chain(l.fulls[len(l.fulls)-1].rev)
 		for _, d := range l.deltas {
 			if d.last == reach {
-				if o, err := b.Stat(ctx, d.name); err == nil {
-					if t, err := time.Parse(time.RFC3339Nano, o.Meta[metaLastTime]); err == nil {
-						at = t
-					}
+				if t, err := commitTime(ctx, b, d.name); err == nil {
+					at = t
 				}
 			}
 		}

@@ -82,7 +82,7 @@ func NewShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options) *Shipp
 // lockTTL is how long the lock holds without renewal: long enough that
 // a slow renewal does not lose it, short enough that a replacement
 // server on another host need not wait long after a crash.
-func (s *Shipper) lockTTL() time.Duration { return max(10*s.opts.Interval, 30*time.Second) }
+func (s *Shipper) lockTTL() time.Duration { return max(5*s.opts.Interval, 10*time.Second) }
 
 // Start takes the bucket's lock, reads where the backup stands and
 // ships until ctx ends; the returned function waits for the last upload
@@ -109,10 +109,8 @@ func (s *Shipper) Start(ctx context.Context) (wait func(), err error) {
 		// The newest full snapshot's time, for the schedule.
 		newest := l.fulls[len(l.fulls)-1]
 		s.lastFull = s.started
-		if o, err := s.bucket.Stat(ctx, newest.name); err == nil {
-			if t, err := time.Parse(time.RFC3339Nano, o.Meta[metaLastTime]); err == nil {
-				s.lastFull = t
-			}
+		if t, err := commitTime(ctx, s.bucket, newest.name); err == nil {
+			s.lastFull = t
 		}
 		s.metrics.lastFull.Set(float64(s.lastFull.Unix()))
 	}

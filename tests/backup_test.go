@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -332,5 +333,51 @@ func TestBackupFaults(t *testing.T) {
 	}
 	if _, got := restoreAndRead(t, s3, "--to-revision", strconv.FormatInt(first-1, 10)); got != first-1 {
 		t.Fatalf("restored to %d, want %d", got, first-1)
+	}
+}
+
+// TestBackupCompact: `sett backup compact` folds the deltas into a full
+// snapshot at the newest revision and keeps --backup-retention full
+// snapshots with the deltas after the oldest; the newest point restores
+// as before, and a point before the kept snapshot is refused.
+func TestBackupCompact(t *testing.T) {
+	s3 := harness.StartS3(t, "snaps")
+	dir, addr := t.TempDir(), harness.FreeAddr(t)
+	s := spawn(t, backupArgs(s3, s3.Endpoint, dir, addr)...)
+	s.addr = addr
+	cli := harness.NewClient(t, addr)
+	s.awaitReady(cli)
+	var rev int64
+	for i := range 60 {
+		r, err := cli.Put(harness.Context(t), fmt.Sprintf("/k/%02d", i%20), strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+		if i == 30 {
+			await(t, "the first half shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+		}
+	}
+	await(t, "every write shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+	want := rangeAt(t, cli, 0)
+	s.stop()
+
+	out, errOut, code := runSett(t, append([]string{"backup", "compact", "--backup-retention", "1"}, s3Args(s3, s3.Endpoint)...)...)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("Full snapshot at revision %d", rev)) {
+		t.Fatalf("backup compact: exit %d\n%s%s", code, out, errOut)
+	}
+	var names []string
+	for obj := range s3.Client(t).ListObjects(harness.Context(t), "snaps", minio.ListObjectsOptions{Prefix: "node-a/sett-backup/", Recursive: true}) {
+		names = append(names, strings.TrimPrefix(obj.Key, "node-a/sett-backup/"))
+	}
+	if !slices.Equal(names, []string{fmt.Sprintf("full/%020d.snap.zst", rev)}) {
+		t.Fatalf("after compact with retention 1 the bucket holds %q", names)
+	}
+	if got, at := restoreAndRead(t, s3); at != rev || got != want {
+		t.Fatalf("restored after compact to %d:\n%s\nwant %d:\n%s", at, got, rev, want)
+	}
+	out, errOut, code = runSett(t, restoreArgs(s3, filepath.Join(t.TempDir(), "r"), "--to-revision", strconv.FormatInt(rev-5, 10))...)
+	if code == 0 || !strings.Contains(errOut, "before the oldest full snapshot") {
+		t.Fatalf("restore before the only full snapshot: exit %d\n%s%s", code, out, errOut)
 	}
 }
