@@ -185,13 +185,14 @@ func (s *Shipper) run(ctx context.Context) {
 }
 
 // failed counts and logs a failed upload, and backs off: twice as long
-// after each failure in a row, at most a minute.
+// after each failure in a row, at most ten intervals (between 5s and a
+// minute), so the backup catches up soon after S3 is back.
 func (s *Shipper) failed(err error, retryAt *time.Time, backoff *time.Duration) {
 	s.metrics.failures.Inc()
 	s.log.Warn("continuous backup: upload failed; retrying", "error", err, "retry_in", *backoff,
 		"lag_revisions", s.store.Rev()-s.shipped, "bucket_revision", s.shipped)
 	*retryAt = time.Now().Add(*backoff)
-	*backoff = min(2**backoff, time.Minute)
+	*backoff = min(2**backoff, min(max(10*s.opts.Interval, 5*time.Second), time.Minute))
 }
 
 func (s *Shipper) updateLag(now time.Time) {

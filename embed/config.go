@@ -279,7 +279,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.SnapshotS3 != nil && c.SnapshotScheduleCron == "" && c.BackupInterval == 0 {
-		return errors.New("--snapshot-s3 uploads scheduled snapshots or a continuous backup, but neither --snapshot-schedule-cron nor --backup-interval is set")
+		return errors.New("--snapshot-s3 uploads scheduled snapshots or a continuous backup, but --snapshot-schedule-cron is not set (nor --backup-interval)")
 	}
 	if c.BackupInterval < 0 || c.BackupFullInterval < 0 || c.BackupRetention < 0 {
 		return errors.New("--backup-interval, --backup-full-interval and --backup-retention cannot be negative")

@@ -43,19 +43,27 @@ func restoreArgs(s3 *harness.S3, dir string, extra ...string) []string {
 // comparable string.
 func rangeAt(t *testing.T, cli *clientv3.Client, rev int64) string {
 	t.Helper()
+	s, err := readAt(harness.Context(t), cli, rev)
+	if err != nil {
+		t.Fatalf("Range at %d: %v", rev, err)
+	}
+	return s
+}
+
+func readAt(ctx context.Context, cli *clientv3.Client, rev int64) (string, error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
-	resp, err := cli.Get(harness.Context(t), "/k/", opts...)
+	resp, err := cli.Get(ctx, "/k/", opts...)
 	if err != nil {
-		t.Fatalf("Range at %d: %v", rev, err)
+		return "", err
 	}
 	var b strings.Builder
 	for _, kv := range resp.Kvs {
 		fmt.Fprintf(&b, "%s=%s c%d m%d v%d l%x\n", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
 	}
-	return b.String()
+	return b.String(), nil
 }
 
 // backupWrite is one acknowledged write of the load: its revision, when
@@ -115,7 +123,15 @@ func backupLoad(t *testing.T, cli *clientv3.Client, addr string, lease clientv3.
 		}
 		w := backupWrite{rev: rev, sent: sent, done: time.Now()}
 		if i%3 == 0 {
-			w.state = rangeAt(t, cli, rev)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			w.state, err = readAt(ctx, cli, rev)
+			cancel()
+			if err != nil {
+				if !killed.Load() {
+					t.Errorf("Range at %d: %v", rev, err)
+				}
+				return append(out, backupWrite{rev: rev, sent: sent, done: w.done})
+			}
 		}
 		out = append(out, w)
 		if i == compactAt {
@@ -123,7 +139,7 @@ func backupLoad(t *testing.T, cli *clientv3.Client, addr string, lease clientv3.
 			// history below it is gone from the server, not from the
 			// backup.
 			shipped := int64(metric(t, addr, "sett_backup_revision"))
-			if _, err := cli.Compact(harness.Context(t), min(rev-30, shipped)); err != nil {
+			if _, err := cli.Compact(harness.Context(t), min(rev-30, shipped)); err != nil && !killed.Load() {
 				t.Errorf("compact: %v", err)
 				return out
 			}
@@ -165,6 +181,11 @@ func TestBackupRestoreToPoint(t *testing.T) {
 	s.addr = addr
 	cli := harness.NewClient(t, addr)
 	s.awaitReady(cli)
+	// The load starts after the first full snapshot: no point before it
+	// can be restored.
+	await(t, "the first full snapshot", func() bool {
+		return metric(t, addr, `sett_backup_shipped_objects_total{kind="full"}`) >= 1
+	})
 	lease, err := cli.Grant(harness.Context(t), 600)
 	if err != nil {
 		t.Fatal(err)
@@ -301,8 +322,11 @@ func TestBackupFaults(t *testing.T) {
 	s = spawn(t, args...)
 	s.addr = addr
 	s.awaitReady(cli)
-	rev = put(20)
-	await(t, "shipping after a restart", caughtUp(rev))
+	// Three rounds, each shipped before the next: three deltas at least.
+	for range 3 {
+		rev = put(7)
+		await(t, "shipping after a restart", caughtUp(rev))
+	}
 	s.stop()
 	if !strings.Contains(s.log(), "objects in the backup folder that are not sett's are ignored") ||
 		!strings.Contains(s.log(), "sett-backup/notes.txt") {
