@@ -57,13 +57,25 @@ type listing struct {
 
 // list reads the bucket's listing of the backup. Objects under its
 // folder whose names are not sett's are returned in foreign, for a
-// warning, and otherwise ignored.
+// warning, and otherwise ignored; so are objects directly in the bucket
+// folder that are not scheduled snapshots (sett's are NAME-TIME.db, or
+// .db.zst). Folders below the bucket folder other than the backup's are
+// not looked into: they may be other servers'.
 func list(ctx context.Context, b *snapshot.Bucket) (listing, error) {
-	entries, err := b.Walk(ctx, Root)
+	entries, err := b.Walk(ctx, Root, true)
 	if err != nil {
 		return listing{}, err
 	}
 	var l listing
+	top, err := b.Walk(ctx, "", false)
+	if err != nil {
+		return listing{}, err
+	}
+	for _, e := range top {
+		if !strings.HasSuffix(e.Name, ".db") && !strings.HasSuffix(e.Name, ".db.zst") {
+			l.foreign = append(l.foreign, e.Name)
+		}
+	}
 	for _, e := range entries {
 		switch {
 		case e.Name == lockName:

@@ -126,7 +126,7 @@ func (s *Shipper) Start(ctx context.Context) (wait func(), err error) {
 
 func warnForeign(log *slog.Logger, b *snapshot.Bucket, names []string) {
 	if len(names) > 0 {
-		log.Warn("objects in the backup folder that are not sett's are ignored", "folder", b.Path(Root), "objects", names)
+		log.Warn("objects in the bucket folder that are not sett's are ignored", "folder", b.String(), "objects", names)
 	}
 }
 

@@ -117,16 +117,21 @@ func (b *Bucket) Stat(ctx context.Context, name string) (Object, error) {
 }
 
 // Walk lists every object whose name (below the folder) starts with
-// prefix, at any depth, in name order.
-func (b *Bucket) Walk(ctx context.Context, prefix string) ([]Entry, error) {
+// prefix, in name order: at any depth if recursive, else only those
+// with no further "/" in their name.
+func (b *Bucket) Walk(ctx context.Context, prefix string, recursive bool) ([]Entry, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	var out []Entry
-	for obj := range b.client.ListObjects(ctx, b.cfg.Bucket, minio.ListObjectsOptions{Prefix: b.key(prefix), Recursive: true}) {
+	for obj := range b.client.ListObjects(ctx, b.cfg.Bucket, minio.ListObjectsOptions{Prefix: b.key(prefix), Recursive: recursive}) {
 		if obj.Err != nil {
 			return nil, b.explain(obj.Err)
 		}
-		out = append(out, Entry{Name: strings.TrimPrefix(obj.Key, b.key("")), Size: obj.Size, ModTime: obj.LastModified})
+		name := strings.TrimPrefix(obj.Key, b.key(""))
+		if !recursive && strings.HasSuffix(name, "/") {
+			continue // a folder below
+		}
+		out = append(out, Entry{Name: name, Size: obj.Size, ModTime: obj.LastModified})
 	}
 	return out, nil
 }

@@ -293,8 +293,10 @@ func TestBackupFaults(t *testing.T) {
 	await(t, "the first full snapshot", caughtUp(put(10)))
 
 	// A foreign object, and a second server on the same folder.
-	if _, err := s3.Client(t).PutObject(ctx, "snaps", "node-a/sett-backup/notes.txt", bytes.NewReader([]byte("hi")), 2, minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"node-a/sett-backup/notes.txt", "node-a/README"} {
+		if _, err := s3.Client(t).PutObject(ctx, "snaps", name, bytes.NewReader([]byte("hi")), 2, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	second := spawn(t, backupArgs(s3, s3.Endpoint, t.TempDir(), harness.FreeAddr(t))...)
 	<-second.exited
@@ -328,8 +330,8 @@ func TestBackupFaults(t *testing.T) {
 		await(t, "shipping after a restart", caughtUp(rev))
 	}
 	s.stop()
-	if !strings.Contains(s.log(), "objects in the backup folder that are not sett's are ignored") ||
-		!strings.Contains(s.log(), "sett-backup/notes.txt") {
+	if !strings.Contains(s.log(), "objects in the bucket folder that are not sett's are ignored") ||
+		!strings.Contains(s.log(), "sett-backup/notes.txt") || !strings.Contains(s.log(), `"README"`) {
 		t.Errorf("the foreign object is not named in a warning:\n%s", s.logTail())
 	}
 	_, got := restoreAndRead(t, s3)
