@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -15,9 +14,6 @@ import (
 func backupCommand() *cli.Command {
 	compact := func(c *cli.Context) error {
 		bucket, err := openS3(c)
-		if err == nil && bucket == nil {
-			err = errors.New("backup compact needs --snapshot-s3 and the bucket flags")
-		}
 		if err != nil {
 			return err
 		}

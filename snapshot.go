@@ -47,7 +47,7 @@ func snapshotCommand() *cli.Command {
 					&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
 					&cli.BoolFlag{Name: "skip-hash-check", Usage: "restore even if the snapshot has no SHA-256 or it does not match"},
 					&cli.Int64Flag{Name: "to-revision", Usage: "with --snapshot-s3 and no FILE: restore the continuous backup as it was at this revision"},
-					&cli.TimestampFlag{Name: "to-time", Layout: time.RFC3339Nano, Usage: "with --snapshot-s3 and no FILE: restore the continuous backup to the newest revision committed at or before this time (RFC 3339)"},
+					&cli.StringFlag{Name: "to-time", Usage: "with --snapshot-s3 and no FILE: restore the continuous backup to the newest revision committed at or before this time (RFC 3339, or Unix seconds)"},
 				), s3Flags(true)...),
 				Action: snapshotRestore,
 			},
@@ -144,7 +144,11 @@ func snapshotRestore(c *cli.Context) error {
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	switch point := backup.PointAt(c.Int64("to-revision"), c.Timestamp("to-time")); {
+	point, err := backup.PointAt(c.Int64("to-revision"), c.String("to-time"))
+	if err != nil {
+		return err
+	}
+	switch {
 	case path == "" && bucket != nil:
 		_, err = backup.Restore(ctx, bucket, dir, point, backup.RestoreOptions{Open: opts.Open, Progress: opts.Progress, Log: log})
 	case path == "" || point != (backup.Point{}):

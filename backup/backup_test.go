@@ -100,3 +100,27 @@ func TestSegment(t *testing.T) {
 		t.Fatal("a damaged segment was read")
 	}
 }
+
+// TestPointAt: a moment is RFC 3339 or Unix seconds; a revision and a
+// moment together are refused.
+func TestPointAt(t *testing.T) {
+	want := time.Date(2026, 11, 27, 18, 0, 0, 500_000_000, time.UTC)
+	for _, s := range []string{"2026-11-27T18:00:00.5Z", "2026-11-27T19:00:00.5+01:00", "1795802400.5"} {
+		p, err := PointAt(0, s)
+		if err != nil || !p.Time.Equal(want) {
+			t.Errorf("PointAt(%q) = %v, %v; want %v", s, p.Time, err, want)
+		}
+	}
+	if p, err := PointAt(0, "2026-11-27T18:00:00Z"); err != nil || !p.Time.Equal(want.Add(-500*time.Millisecond)) {
+		t.Errorf("whole seconds: %v, %v", p, err)
+	}
+	if _, err := PointAt(5, "1795802400"); err == nil {
+		t.Error("a revision and a moment together were taken")
+	}
+	if _, err := PointAt(0, "yesterday"); err == nil {
+		t.Error("a moment that is not one was taken")
+	}
+	if p, err := PointAt(7, ""); err != nil || p != (Point{Revision: 7}) {
+		t.Errorf("a revision: %v, %v", p, err)
+	}
+}

@@ -12,15 +12,16 @@ import (
 )
 
 // Writer names the one server that ships to a backup folder. Its lock
-// object, writer.lock, holds it with an expiry the shipper renews every
-// interval; another server finds it there and refuses to start.
+// object, writer.lock, holds it with an expiry the shipper renews four
+// times in its lifetime; another server finds it there and refuses to
+// start.
 //
 // S3 offers no conditional write every server honours, so the lock is
 // read, then written: two servers started within the same moment may
 // both find it free and both write. The later write wins, and the
 // loser learns it at its next renewal, which reads the lock first and
-// stops shipping when another holds it. Until then, for about one
-// interval, both may upload.
+// stops shipping when another holds it. Until then, for up to a quarter
+// of the lock's lifetime, both may upload.
 type Writer struct {
 	Member  string    `json:"member"`
 	Host    string    `json:"host"`

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/settdb/sett/mvcc"
@@ -22,12 +24,27 @@ type Point struct {
 }
 
 // PointAt is the point a command line names: a revision (0: none) or a
-// moment (nil: none).
-func PointAt(rev int64, t *time.Time) Point {
-	if t == nil {
-		return Point{Revision: rev}
+// moment (empty: none), in RFC 3339 (with or without fractions of a
+// second) or as Unix seconds (with or without a fraction).
+func PointAt(rev int64, at string) (Point, error) {
+	p := Point{Revision: rev}
+	if at == "" {
+		return p, nil
 	}
-	return Point{Revision: rev, Time: *t}
+	if rev != 0 {
+		return p, errors.New("give --to-revision or --to-time, not both")
+	}
+	if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+		p.Time = t
+		return p, nil
+	}
+	secs, err := strconv.ParseFloat(at, 64)
+	if err != nil {
+		return p, fmt.Errorf("--to-time %q: want RFC 3339 (2026-11-27T18:00:00.5Z) or Unix seconds", at)
+	}
+	whole := math.Floor(secs)
+	p.Time = time.Unix(int64(whole), int64((secs-whole)*1e9))
+	return p, nil
 }
 
 func (p Point) String() string {
@@ -277,8 +294,12 @@ func Prune(ctx context.Context, b *snapshot.Bucket, keep int) ([]string, error) 
 // revision the bucket holds, so a restore reads few objects, then
 // prunes to keep full snapshots (0: none are deleted). It builds the
 // store in scratch and removes it after. It returns the new snapshot's
-// revision; with nothing to fold it uploads nothing.
+// revision; with nothing to fold it uploads nothing. A nil bucket (no
+// --snapshot-s3) is refused.
 func Compact(ctx context.Context, b *snapshot.Bucket, scratch string, keep int, opts RestoreOptions) (int64, error) {
+	if b == nil {
+		return 0, errors.New("backup compact needs --snapshot-s3 and the bucket flags")
+	}
 	l, err := list(ctx, b)
 	if err != nil {
 		return 0, err

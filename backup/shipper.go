@@ -133,10 +133,10 @@ func warnForeign(log *slog.Logger, b *snapshot.Bucket, names []string) {
 // run ships until ctx ends, then ships what is left, briefly, and
 // releases the lock.
 func (s *Shipper) run(ctx context.Context) {
-	poll := min(s.opts.Interval/4, 250*time.Millisecond)
-	tick := time.NewTicker(max(poll, 10*time.Millisecond))
+	poll := min(max(s.opts.Interval/10, 10*time.Millisecond), 250*time.Millisecond)
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
-	lastShip, lastLock := time.Now(), time.Now()
+	lastLock := time.Now()
 	var retryAt time.Time
 	backoff := s.opts.Interval
 	for {
@@ -156,8 +156,27 @@ func (s *Shipper) run(ctx context.Context) {
 		if now.Before(retryAt) {
 			continue
 		}
-		if now.Sub(lastLock) >= s.opts.Interval {
-			if err := lock(ctx, s.bucket, s.opts.Writer, s.lockTTL(), now); err != nil {
+		fullDue := s.needFull || now.Sub(s.lastFull) >= s.opts.FullInterval
+		// A revision is shipped once it is half an interval old, which
+		// leaves the other half for its upload: every revision is in
+		// the bucket within an interval of its commit while uploads go
+		// through. A backlog of many revisions goes at once (a rough
+		// stand-in for its size, which only reading it would tell).
+		rev := s.store.Rev()
+		due := rev > s.shipped && (now.Sub(s.commitTime(s.shipped+1)) >= s.opts.Interval/2 || rev-s.shipped >= 10_000)
+		if due || fullDue {
+			if err := s.ship(ctx, fullDue); err != nil {
+				s.failed(err, &retryAt, &backoff)
+				continue
+			}
+			retryAt, backoff = time.Time{}, s.opts.Interval
+			s.updateLag(time.Now())
+		}
+		// The lock is renewed four times in its lifetime: often enough
+		// that a slow renewal does not lose it, seldom enough to cost
+		// the bucket little.
+		if time.Since(lastLock) >= max(s.opts.Interval, s.lockTTL()/4) {
+			if err := lock(ctx, s.bucket, s.opts.Writer, s.lockTTL(), time.Now()); err != nil {
 				if errors.Is(err, ErrLocked) {
 					s.log.Error("continuous backup stopped: the bucket folder was taken over", "error", err)
 					return
@@ -165,22 +184,8 @@ func (s *Shipper) run(ctx context.Context) {
 				s.failed(err, &retryAt, &backoff)
 				continue
 			}
-			lastLock = now
+			lastLock = time.Now()
 		}
-		fullDue := s.needFull || now.Sub(s.lastFull) >= s.opts.FullInterval
-		// A backlog of many revisions is shipped before the interval is
-		// up (as a rough stand-in for its size, which only reading it
-		// would tell).
-		due := s.store.Rev() > s.shipped && (now.Sub(lastShip) >= s.opts.Interval || s.store.Rev()-s.shipped >= 10_000)
-		if !due && !fullDue {
-			continue
-		}
-		if err := s.ship(ctx, fullDue); err != nil {
-			s.failed(err, &retryAt, &backoff)
-			continue
-		}
-		lastShip, retryAt, backoff = now, time.Time{}, s.opts.Interval
-		s.updateLag(time.Now())
 	}
 }
 
