@@ -61,6 +61,7 @@ type Shipper struct {
 	shipped  int64     // newest revision the bucket holds
 	lastTime time.Time // commit time shipped with it
 	lastFull time.Time
+	fullRev  int64 // revision of the newest full snapshot in the bucket
 	needFull bool
 	started  time.Time
 }
@@ -108,7 +109,7 @@ func (s *Shipper) Start(ctx context.Context) (wait func(), err error) {
 	if !s.needFull {
 		// The newest full snapshot's time, for the schedule.
 		newest := l.fulls[len(l.fulls)-1]
-		s.lastFull = s.started
+		s.lastFull, s.fullRev = s.started, newest.rev
 		if t, err := commitTime(ctx, s.bucket, newest.name); err == nil {
 			s.lastFull = t
 		}
@@ -304,6 +305,12 @@ func (s *Shipper) shipFull(ctx context.Context) error {
 			return err
 		}
 	}
+	if info.Revision == s.fullRev {
+		// Nothing was written since the newest full snapshot: it is
+		// as good as a new one.
+		s.lastFull = time.Now()
+		return nil
+	}
 	at := s.commitTime(info.Revision)
 	if at.Before(s.lastTime) {
 		at = s.lastTime
@@ -313,7 +320,7 @@ func (s *Shipper) shipFull(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.shipped, s.lastTime, s.needFull = max(s.shipped, info.Revision), at, false
+	s.shipped, s.lastTime, s.needFull, s.fullRev = max(s.shipped, info.Revision), at, false, info.Revision
 	s.lastFull = time.Now()
 	s.metrics.objects.WithLabelValues("full").Inc()
 	s.metrics.bytes.Add(float64(size))
