@@ -401,8 +401,16 @@ func ApplyDelta(eng engine.Engine, r io.Reader, upTo int64) (DeltaInfo, error) {
 	if tx, err = eng.Begin(); err != nil {
 		return info, err
 	}
+	// The versions are read from a snapshot, not through tx: an
+	// iterator over a transaction merges its pending writes, which
+	// would cost each key the index entries written before it.
+	snap, err = eng.Snapshot()
+	if err != nil {
+		return info, err
+	}
+	defer snap.Close()
 	for _, raw := range raws {
-		m, err := newestMeta(tx, []byte(raw), upTo)
+		m, err := newestMeta(snap, []byte(raw), upTo)
 		if err != nil {
 			return info, err
 		}
