@@ -61,7 +61,7 @@ test: bin/etcdctl bin/etcd bin/kine bin/versitygw
 test-sett: bin/etcdctl bin/etcd bin/kine bin/versitygw image build
 	$(GO) build -race -o bin/sett-race .
 	SETT_BIN=$(CURDIR)/bin/sett-race SETT_SOAK_BIN=$(CURDIR)/bin/sett SETT_ETCDCTL=$(CURDIR)/bin/etcdctl SETT_ETCD=$(CURDIR)/bin/etcd SETT_KINE=$(CURDIR)/bin/kine SETT_VERSITYGW=$(CURDIR)/bin/versitygw \
-		SETT_IMAGE=$(CURDIR)/bin/sett-image $(GO) test -race -count=1 -timeout 14m ./...
+		SETT_IMAGE=$(CURDIR)/bin/sett-image $(GO) test -race -count=1 -timeout 20m ./...
 
 # The TiKV build (-tags tikv): vet, the engine's own tests, the election
 # and failover tests (several members on one cluster), and sett's

@@ -50,6 +50,7 @@ func app() *cli.App {
 		Commands: []*cli.Command{
 			serve,
 			snapshotCommand(),
+			backupCommand(),
 			defragCommand(),
 			importCommand(),
 			grpcProxyCommand(),

@@ -16,6 +16,8 @@ import (
 
 	"github.com/settdb/sett/configfile"
 	"github.com/settdb/sett/embed"
+	"github.com/settdb/sett/internal/cmdline"
+	"github.com/settdb/sett/internal/systemd"
 	"github.com/settdb/sett/server"
 )
 
@@ -28,7 +30,7 @@ func runServe(c *cli.Context, cfg *embed.Config) error {
 		return serveConfigFile(c, path)
 	}
 	if c.Args().Present() {
-		return unknownCommand(c)
+		return cmdline.UnknownCommand(c)
 	}
 	if err := refusals(c); err != nil {
 		return err
@@ -89,36 +91,20 @@ func runServe(c *cli.Context, cfg *embed.Config) error {
 	}
 	// The listeners are bound, so a client connecting from now on is
 	// served; etcd tells systemd at the same point.
-	if err := notifySystemd("READY=1"); err != nil {
+	if err := systemd.Notify("READY=1"); err != nil {
 		log.Warn("telling systemd sett is ready", "error", err)
 	}
 	select {
 	case <-ctx.Done():
 	case err = <-srv.Err():
 	}
-	if nerr := notifySystemd("STOPPING=1"); nerr != nil {
+	if nerr := systemd.Notify("STOPPING=1"); nerr != nil {
 		log.Warn("telling systemd sett is stopping", "error", nerr)
 	}
 	if cerr := srv.Close(); err == nil {
 		err = cerr
 	}
 	return err
-}
-
-// unknownCommand refuses what `sett` was given in place of a command:
-// serve is the default, so a typo would otherwise start a server.
-func unknownCommand(c *cli.Context) error {
-	var names []string
-	for _, cmd := range c.App.Commands {
-		if !cmd.Hidden {
-			names = append(names, cmd.Name)
-		}
-	}
-	what := "command"
-	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
-		what = "argument to " + c.Command.Name
-	}
-	return fmt.Errorf("unknown %s %q: sett's commands are %s (serve is the default)", what, c.Args().First(), strings.Join(names, ", "))
 }
 
 // serveConfig reads into cfg the flags that do not write into it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/settdb/sett/backup"
 	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/internal/cmdline"
@@ -40,11 +41,13 @@ func snapshotCommand() *cli.Command {
 			},
 			{
 				Name:      "restore",
-				Usage:     "restore a snapshot FILE (sett's or etcd's; with --snapshot-s3, the snapshot of that name in the bucket) into a new data directory",
-				ArgsUsage: "FILE",
+				Usage:     "restore a snapshot FILE (sett's or etcd's; with --snapshot-s3, the snapshot of that name in the bucket, or without FILE the continuous backup's newest point or --to-revision/--to-time) into a new data directory",
+				ArgsUsage: "[FILE]",
 				Flags: append(withEnv(
 					&cli.StringFlag{Name: "data-dir", Usage: "the data directory to create; it must not exist or be empty (required)"},
 					&cli.BoolFlag{Name: "skip-hash-check", Usage: "restore even if the snapshot has no SHA-256 or it does not match"},
+					&cli.Int64Flag{Name: "to-revision", Usage: "with --snapshot-s3 and no FILE: restore the continuous backup as it was at this revision"},
+					&cli.StringFlag{Name: "to-time", Usage: "with --snapshot-s3 and no FILE: restore the continuous backup to the newest revision committed at or before this time (RFC 3339, or Unix seconds)"},
 				), s3Flags(true)...),
 				Action: snapshotRestore,
 			},
@@ -113,7 +116,7 @@ func snapshotSave(c *cli.Context) error {
 }
 
 func snapshotRestore(c *cli.Context) error {
-	path, err := cmdline.OneArg(c, "snapshot restore expects one argument, the snapshot file")
+	path, err := cmdline.OptionalArg(c, "snapshot restore expects one argument, the snapshot file, or none with --snapshot-s3")
 	if err != nil {
 		return err
 	}
@@ -139,13 +142,22 @@ func snapshotRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if bucket != nil {
-		ctx, cancel := commandContext(c)
-		defer cancel()
-		_, err = snapshot.RestoreFromBucket(ctx, bucket, path, dir, opts)
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	point, err := backup.PointAt(c.Int64("to-revision"), c.String("to-time"))
+	if err != nil {
 		return err
 	}
-	_, err = snapshot.Restore(path, dir, opts)
+	switch {
+	case path == "" && bucket != nil:
+		_, err = backup.Restore(ctx, bucket, dir, point, backup.RestoreOptions{Open: opts.Open, Progress: opts.Progress, Log: log})
+	case path == "" || point != (backup.Point{}):
+		return errors.New("snapshot restore expects one argument, the snapshot file, or none with --snapshot-s3: the continuous backup's newest point, --to-revision or --to-time")
+	case bucket != nil:
+		_, err = snapshot.RestoreFromBucket(ctx, bucket, path, dir, opts)
+	default:
+		_, err = snapshot.Restore(path, dir, opts)
+	}
 	return err
 }
 
@@ -196,6 +208,9 @@ func snapshotFlags(cfg *embed.Config) []cli.Flag {
 		bind(&cli.BoolFlag{Name: "snapshot-compress", Usage: "compress scheduled snapshots with zstd (restore and status read them as they are)"}, &cfg.SnapshotCompress),
 		bind(&cli.StringFlag{Name: "snapshot-name", Usage: "file name prefix of scheduled snapshots"}, &cfg.SnapshotName),
 		bind(&cli.StringFlag{Name: "snapshot-format", Usage: "sett, or etcd (a bbolt file etcdutl snapshot restore accepts)"}, &cfg.SnapshotFormat),
+		bind(&cli.DurationFlag{Name: "backup-interval", Usage: "ship every committed revision to the --snapshot-s3 bucket continuously, at most this long after its commit (e.g. 1s); 0: off"}, &cfg.BackupInterval),
+		bind(&cli.DurationFlag{Name: "backup-full-interval", Usage: "with --backup-interval: how often a full snapshot starts a new chain of deltas"}, &cfg.BackupFullInterval),
+		bind(&cli.IntFlag{Name: "backup-retention", Usage: "with --backup-interval: full snapshots the bucket keeps, with the deltas after the oldest (0: all)"}, &cfg.BackupRetention),
 	}, s3Flags(false)...)
 }
 

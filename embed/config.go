@@ -177,6 +177,15 @@ type Config struct {
 	// uploaded to as well (--snapshot-s3 and --snapshot-s3-*, k3s's
 	// --etcd-s3-*). It needs SnapshotScheduleCron.
 	SnapshotS3 *snapshot.S3
+	// BackupInterval, when not zero, ships every committed revision to
+	// the SnapshotS3 bucket continuously, at most this long after its
+	// commit (--backup-interval), under <folder>/sett-backup/ (package
+	// backup). A full snapshot starts a new chain every
+	// BackupFullInterval (--backup-full-interval, 1h), and the bucket
+	// keeps BackupRetention of them (--backup-retention, 0: all).
+	BackupInterval     time.Duration
+	BackupFullInterval time.Duration
+	BackupRetention    int
 
 	// Logger receives the server's log. Nil: one built from LogLevel
 	// ("debug", "info", "warn" or "error"; --log-level, info), LogFormat
@@ -221,6 +230,7 @@ func NewConfig() Config {
 		SnapshotName:                "sett-snapshot",
 		SnapshotFormat:              "sett",
 		SnapshotRetention:           5,
+		BackupFullInterval:          time.Hour,
 		LogLevel:                    "info",
 		LogFormat:                   "auto",
 		LogOutputs:                  "default",
@@ -267,8 +277,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--log-level %q: %w", c.LogLevel, err)
 		}
 	}
-	if c.SnapshotS3 != nil && c.SnapshotScheduleCron == "" {
-		return errors.New("--snapshot-s3 uploads scheduled snapshots, but --snapshot-schedule-cron is not set")
+	if c.SnapshotS3 != nil && c.SnapshotScheduleCron == "" && c.BackupInterval == 0 {
+		return errors.New("--snapshot-s3 uploads scheduled snapshots or a continuous backup, but --snapshot-schedule-cron is not set (nor --backup-interval)")
+	}
+	if c.BackupInterval < 0 || c.BackupFullInterval < 0 || c.BackupRetention < 0 {
+		return errors.New("--backup-interval, --backup-full-interval and --backup-retention cannot be negative")
+	}
+	if c.BackupInterval > 0 && c.SnapshotS3 == nil {
+		return errors.New("--backup-interval ships to a bucket, but --snapshot-s3 is not set")
+	}
+	if c.BackupInterval > 0 && c.Engine == "tikv" {
+		return errors.New("--backup-interval is refused with --engine tikv: continuous backup ships one store's revisions from its own disk; back TiKV up with its own tools (BR), or take scheduled snapshots")
 	}
 	if c.SnapshotScheduleCron != "" && c.SnapshotFormat != "sett" && c.SnapshotFormat != "etcd" {
 		return fmt.Errorf("--snapshot-format %q: want sett or etcd", c.SnapshotFormat)

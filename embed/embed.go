@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	"github.com/settdb/sett/auth"
+	"github.com/settdb/sett/backup"
 	"github.com/settdb/sett/cluster"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
@@ -183,6 +184,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		collectors = append(collectors, scheduler.Collectors()...)
 	}
+	var shipper *backup.Shipper
+	if cfg.BackupInterval > 0 {
+		host, _ := os.Hostname()
+		shipper = backup.NewShipper(store, bucket, backup.Options{
+			Interval: cfg.BackupInterval, FullInterval: cfg.BackupFullInterval, Retention: cfg.BackupRetention,
+			Writer:  backup.Writer{Member: fmt.Sprintf("%x", memberID), Host: host, DataDir: dir},
+			Scratch: filepath.Join(dir, "tmp"), Log: log,
+		})
+		collectors = append(collectors, shipper.Collectors()...)
+	}
 	scfg := server.Config{
 		Name:                 cfg.Name,
 		ListenClientURLs:     cfg.ListenClientURLs,
@@ -242,6 +253,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		// A snapshot being written needs the store.
 		s.undo = append(s.undo, func() error { waitSnapshots(); return nil })
+	}
+	if shipper != nil {
+		// A second server on the same bucket folder is refused here.
+		waitShipper, err := shipper.Start(life)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		// The last upload at a stop reads the store.
+		s.undo = append(s.undo, func() error { waitShipper(); return nil })
 	}
 	var background sync.WaitGroup
 	// The goroutines below end, and snapshots stop, before the store

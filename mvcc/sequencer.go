@@ -353,6 +353,9 @@ type committed struct {
 // the events to the listener, then the requests' hooks.
 func (s *Store) publish(rev, compact int64, applied uint64, keys int64, notify []committed, hooks []func()) {
 	s.live.apply(notify, rev)
+	if rev > s.delivered {
+		s.times.add(s.delivered+1, rev, time.Now())
+	}
 	s.delivered = rev
 	s.rev.Store(rev)
 	s.compact.Store(compact)

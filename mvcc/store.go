@@ -84,6 +84,8 @@ type Store struct {
 	// durable: every later write fails (see take).
 	syncErr atomic.Pointer[error]
 
+	times commitTimes // when recent revisions were published
+
 	cleaner *cleaner
 	hasher  *compactHasher
 	leases  *leaseTable

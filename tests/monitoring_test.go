@@ -66,8 +66,12 @@ func TestMonitoring(t *testing.T) {
 		queries = append(queries, alertQueries(expr)...)
 	}
 
+	// With the continuous backup on, so its panels and alert have data.
+	s3 := harness.StartS3(t, "snaps")
 	addr := harness.FreeAddr(t)
-	sett := startChild(t, t.TempDir(), addr)
+	sett := spawn(t, backupArgs(s3, s3.Endpoint, t.TempDir(), addr)...)
+	sett.addr = addr
+	sett.awaitReady(harness.NewClient(t, addr))
 	defer sett.stop()
 	promAddr := harness.FreeAddr(t)
 	dir := t.TempDir()

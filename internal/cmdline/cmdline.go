@@ -5,8 +5,10 @@ package cmdline
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -16,18 +18,43 @@ import (
 // etcdutl allow (`snapshot restore FILE --data-dir DIR`): urfave/cli
 // stops parsing flags at the first argument, so the rest are parsed here.
 func OneArg(c *cli.Context, usage string) (string, error) {
+	pos, err := parse(c)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New(usage)
+	}
+	return pos[0], nil
+}
+
+// OptionalArg is OneArg for a command whose argument may be left out:
+// it returns "" then.
+func OptionalArg(c *cli.Context, usage string) (string, error) {
+	pos, err := parse(c)
+	if err != nil || len(pos) == 0 {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New(usage)
+	}
+	return pos[0], nil
+}
+
+// parse parses the flags among the arguments and returns the others.
+func parse(c *cli.Context) ([]string, error) {
 	args := c.Args().Slice()
 	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
 	set.SetOutput(io.Discard)
 	for _, f := range c.Command.Flags {
 		if err := f.Apply(set); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	var pos []string
 	for len(args) > 0 {
 		if err := set.Parse(args); err != nil {
-			return "", err
+			return nil, err
 		}
 		if args = set.Args(); len(args) > 0 {
 			pos, args = append(pos, args[0]), args[1:]
@@ -43,11 +70,21 @@ func OneArg(c *cli.Context, usage string) (string, error) {
 			}
 		}
 	})
-	if err != nil {
-		return "", err
+	return pos, err
+}
+
+// UnknownCommand refuses what `sett` was given in place of a command:
+// serve is the default, so a typo would otherwise start a server.
+func UnknownCommand(c *cli.Context) error {
+	var names []string
+	for _, cmd := range c.App.Commands {
+		if !cmd.Hidden {
+			names = append(names, cmd.Name)
+		}
 	}
-	if len(pos) != 1 {
-		return "", errors.New(usage)
+	what := "command"
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+		what = "argument to " + c.Command.Name
 	}
-	return pos[0], nil
+	return fmt.Errorf("unknown %s %q: sett's commands are %s (serve is the default)", what, c.Args().First(), strings.Join(names, ", "))
 }

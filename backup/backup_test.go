@@ -1,0 +1,126 @@
+package backup
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestChain: the chain from a full snapshot follows the deltas revision
+// by revision, takes the longer of two that start alike (a segment
+// shipped again), and stops at the first missing revision.
+func TestChain(t *testing.T) {
+	l := listing{
+		fulls: []full{{name: fullName(10), rev: 10}},
+		deltas: []delta{
+			{name: deltaName(5, 10), first: 5, last: 10},
+			{name: deltaName(11, 20), first: 11, last: 20},
+			{name: deltaName(21, 25), first: 21, last: 25},
+			{name: deltaName(21, 30), first: 21, last: 30},
+			{name: deltaName(31, 31), first: 31, last: 31},
+			{name: deltaName(40, 50), first: 40, last: 50},
+		},
+	}
+	chain, reach := l.chain(10)
+	var names []string
+	for _, d := range chain {
+		names = append(names, d.name)
+	}
+	want := []string{deltaName(11, 20), deltaName(21, 30), deltaName(31, 31)}
+	if !slices.Equal(names, want) || reach != 31 {
+		t.Fatalf("chain from 10: %q reaching %d, want %q reaching 31", names, reach, want)
+	}
+	if n := l.newest(); n != 50 {
+		t.Fatalf("newest %d, want 50", n)
+	}
+	pl, err := planFor(l, Point{Revision: 25}, "s3://b/", nil)
+	if err != nil || pl.target != 25 || len(pl.deltas) != 2 {
+		t.Fatalf("plan to 25: %+v, %v", pl, err)
+	}
+	if _, err := planFor(l, Point{Revision: 45}, "s3://b/", nil); !errors.Is(err, ErrGap) {
+		t.Fatalf("plan past the gap: %v", err)
+	}
+}
+
+// TestNames: the listing reads back the names the shipper gives, and
+// names anything else as foreign.
+func TestNames(t *testing.T) {
+	for _, name := range []string{fullName(7), deltaName(8, 9)} {
+		if name[len(Root)-1] != '/' || len(name) < len(Root) {
+			t.Fatalf("%q", name)
+		}
+	}
+	if fullName(7) != "sett-backup/full/00000000000000000007.snap.zst" {
+		t.Fatalf("fullName: %q", fullName(7))
+	}
+	if deltaName(8, 9) != "sett-backup/delta/00000000000000000008-00000000000000000009.delta.zst" {
+		t.Fatalf("deltaName: %q", deltaName(8, 9))
+	}
+}
+
+// TestSegment: a segment keeps its revisions' times and its delta, and
+// upTo picks the newest revision committed at or before a moment.
+func TestSegment(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	times := []time.Time{base, base.Add(time.Millisecond), base.Add(time.Millisecond), base.Add(time.Second)}
+	data, err := encodeSegment(100, times, []byte("the delta"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, err := decodeSegment(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.close()
+	if seg.first != 100 || len(seg.times) != 4 || !seg.times[3].Equal(times[3]) {
+		t.Fatalf("segment %d, %v", seg.first, seg.times)
+	}
+	rest, _ := io.ReadAll(seg.delta)
+	if !bytes.Equal(rest, []byte("the delta")) {
+		t.Fatalf("delta %q", rest)
+	}
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{base.Add(-time.Nanosecond), 99},
+		{base, 100},
+		{base.Add(time.Millisecond), 102},
+		{base.Add(999 * time.Millisecond), 102},
+		{base.Add(time.Hour), 103},
+	} {
+		if got := seg.upTo(c.at); got != c.want {
+			t.Errorf("upTo(%s) = %d, want %d", c.at, got, c.want)
+		}
+	}
+	if _, err := decodeSegment([]byte("not zstd")); err == nil {
+		t.Fatal("a damaged segment was read")
+	}
+}
+
+// TestPointAt: a moment is RFC 3339 or Unix seconds; a revision and a
+// moment together are refused.
+func TestPointAt(t *testing.T) {
+	want := time.Date(2026, 11, 27, 18, 0, 0, 500_000_000, time.UTC)
+	for _, s := range []string{"2026-11-27T18:00:00.5Z", "2026-11-27T19:00:00.5+01:00", "1795802400.5"} {
+		p, err := PointAt(0, s)
+		if err != nil || !p.Time.Equal(want) {
+			t.Errorf("PointAt(%q) = %v, %v; want %v", s, p.Time, err, want)
+		}
+	}
+	if p, err := PointAt(0, "2026-11-27T18:00:00Z"); err != nil || !p.Time.Equal(want.Add(-500*time.Millisecond)) {
+		t.Errorf("whole seconds: %v, %v", p, err)
+	}
+	if _, err := PointAt(5, "1795802400"); err == nil {
+		t.Error("a revision and a moment together were taken")
+	}
+	if _, err := PointAt(0, "yesterday"); err == nil {
+		t.Error("a moment that is not one was taken")
+	}
+	if p, err := PointAt(7, ""); err != nil || p != (Point{Revision: 7}) {
+		t.Errorf("a revision: %v, %v", p, err)
+	}
+}

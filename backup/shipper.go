@@ -1,0 +1,416 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot"
+)
+
+// Options say how a Shipper ships.
+type Options struct {
+	// Interval is the longest a committed revision waits before it is
+	// shipped (--backup-interval).
+	Interval time.Duration
+	// FullInterval is how often a full snapshot starts a new chain
+	// (--backup-full-interval); zero means an hour.
+	FullInterval time.Duration
+	// SegmentBytes bounds a delta: a larger backlog is shipped as
+	// several, and one this big is shipped before the interval is up.
+	// Zero means 16 MiB.
+	SegmentBytes int64
+	// Retention is how many full snapshots the bucket keeps, with the
+	// deltas that follow the oldest of them (--backup-retention; 0: all).
+	Retention int
+	// Writer names this server in the bucket's lock.
+	Writer Writer
+	// Scratch is a directory for full snapshots on their way up.
+	Scratch string
+	Log     *slog.Logger
+}
+
+// ErrBucketAhead is returned by Start when the bucket holds revisions
+// the store does not: it is another store's backup, or a newer one of
+// this store's than the data dir was restored from.
+var ErrBucketAhead = errors.New("the backup in the bucket is ahead of this store")
+
+// Shipper ships a store's revisions to a bucket as they are committed.
+//
+// Its backlog is the store's own change log on disk: it remembers only
+// the last revision the bucket holds, and reads what follows from the
+// store. An S3 outage therefore costs no memory; if compaction removes
+// revisions before they are shipped, the next upload is a full snapshot
+// and the chain has a hole there (restores refuse points inside it).
+type Shipper struct {
+	store   *mvcc.Store
+	bucket  *snapshot.Bucket
+	opts    Options
+	log     *slog.Logger
+	metrics metrics
+
+	// Only the shipping goroutine uses these.
+	shipped  int64     // newest revision the bucket holds
+	lastTime time.Time // commit time shipped with it
+	lastFull time.Time
+	fullRev  int64 // revision of the newest full snapshot in the bucket
+	needFull bool
+	started  time.Time
+}
+
+// NewShipper returns a shipper of store to bucket; Start starts it.
+func NewShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options) *Shipper {
+	if opts.FullInterval <= 0 {
+		opts.FullInterval = time.Hour
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = 16 << 20
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Shipper{store: store, bucket: bucket, opts: opts, log: opts.Log, metrics: newMetrics()}
+}
+
+// lockTTL is how long the lock holds without renewal: long enough that
+// a slow renewal does not lose it, short enough that a replacement
+// server on another host need not wait long after a crash.
+func (s *Shipper) lockTTL() time.Duration { return max(5*s.opts.Interval, 10*time.Second) }
+
+// Start takes the bucket's lock, reads where the backup stands and
+// ships until ctx ends; the returned function waits for the last upload
+// and releases the lock. A bucket that another server ships to, or that
+// holds revisions past the store's, is refused.
+func (s *Shipper) Start(ctx context.Context) (wait func(), err error) {
+	s.started = time.Now()
+	if err := lock(ctx, s.bucket, s.opts.Writer, s.lockTTL(), s.started); err != nil {
+		return nil, err
+	}
+	l, err := list(ctx, s.bucket)
+	if err != nil {
+		return nil, err
+	}
+	warnForeign(s.log, s.bucket, l.foreign)
+	s.shipped = l.newest()
+	rev := s.store.Rev()
+	if s.shipped > rev {
+		return nil, fmt.Errorf("%w: %s holds revisions up to %d, the store is at %d; restore from it, or use another --snapshot-s3-folder",
+			ErrBucketAhead, s.bucket.Path(Root), s.shipped, rev)
+	}
+	s.needFull = len(l.fulls) == 0
+	if !s.needFull {
+		// The newest full snapshot's time, for the schedule.
+		newest := l.fulls[len(l.fulls)-1]
+		s.lastFull, s.fullRev = s.started, newest.rev
+		if t, err := commitTime(ctx, s.bucket, newest.name); err == nil {
+			s.lastFull = t
+		}
+		s.metrics.lastFull.Set(float64(s.lastFull.Unix()))
+	}
+	s.log.Info("continuous backup", "bucket", s.bucket.Path(Root), "interval", s.opts.Interval,
+		"full_interval", s.opts.FullInterval, "retention", s.opts.Retention, "bucket_revision", s.shipped, "revision", rev)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(ctx)
+	}()
+	return func() { <-done }, nil
+}
+
+func warnForeign(log *slog.Logger, b *snapshot.Bucket, names []string) {
+	if len(names) > 0 {
+		log.Warn("objects in the bucket folder that are not sett's are ignored", "folder", b.String(), "objects", names)
+	}
+}
+
+// run ships until ctx ends, then ships what is left, briefly, and
+// releases the lock.
+func (s *Shipper) run(ctx context.Context) {
+	poll := min(max(s.opts.Interval/10, 10*time.Millisecond), 250*time.Millisecond)
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	lastLock := time.Now()
+	var retryAt time.Time
+	backoff := s.opts.Interval
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if err := s.ship(fctx, false); err != nil {
+				s.log.Warn("continuous backup: last upload at stop failed", "error", err, "lag_revisions", s.store.Rev()-s.shipped)
+			}
+			unlock(fctx, s.bucket, s.opts.Writer)
+			cancel()
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		s.updateLag(now)
+		if now.Before(retryAt) {
+			continue
+		}
+		fullDue := s.needFull || now.Sub(s.lastFull) >= s.opts.FullInterval
+		// A revision is shipped once it is half an interval old, which
+		// leaves the other half for its upload: every revision is in
+		// the bucket within an interval of its commit while uploads go
+		// through. A backlog of many revisions goes at once (a rough
+		// stand-in for its size, which only reading it would tell).
+		rev := s.store.Rev()
+		due := rev > s.shipped && (now.Sub(s.commitTime(s.shipped+1)) >= s.opts.Interval/2 || rev-s.shipped >= 10_000)
+		if due || fullDue {
+			if err := s.ship(ctx, fullDue); err != nil {
+				s.failed(err, &retryAt, &backoff)
+				continue
+			}
+			retryAt, backoff = time.Time{}, s.opts.Interval
+			s.updateLag(time.Now())
+		}
+		// The lock is renewed four times in its lifetime: often enough
+		// that a slow renewal does not lose it, seldom enough to cost
+		// the bucket little.
+		if time.Since(lastLock) >= max(s.opts.Interval, s.lockTTL()/4) {
+			if err := lock(ctx, s.bucket, s.opts.Writer, s.lockTTL(), time.Now()); err != nil {
+				if errors.Is(err, ErrLocked) {
+					s.log.Error("continuous backup stopped: the bucket folder was taken over", "error", err)
+					return
+				}
+				s.failed(err, &retryAt, &backoff)
+				continue
+			}
+			lastLock = time.Now()
+		}
+	}
+}
+
+// failed counts and logs a failed upload, and backs off: twice as long
+// after each failure in a row, at most ten intervals (between 5s and a
+// minute), so the backup catches up soon after S3 is back.
+func (s *Shipper) failed(err error, retryAt *time.Time, backoff *time.Duration) {
+	s.metrics.failures.Inc()
+	s.log.Warn("continuous backup: upload failed; retrying", "error", err, "retry_in", *backoff,
+		"lag_revisions", s.store.Rev()-s.shipped, "bucket_revision", s.shipped)
+	*retryAt = time.Now().Add(*backoff)
+	*backoff = min(2**backoff, min(max(10*s.opts.Interval, 5*time.Second), time.Minute))
+}
+
+func (s *Shipper) updateLag(now time.Time) {
+	rev := s.store.Rev()
+	lag := rev - s.shipped
+	s.metrics.lagRevisions.Set(float64(max(lag, 0)))
+	if lag <= 0 {
+		s.metrics.lagSeconds.Set(0)
+		return
+	}
+	at := s.commitTime(s.shipped + 1)
+	s.metrics.lagSeconds.Set(max(now.Sub(at).Seconds(), 0))
+}
+
+// commitTime is when rev was committed, if the store still remembers;
+// else the time the shipper started for a revision committed before it
+// did, or now.
+func (s *Shipper) commitTime(rev int64) time.Time {
+	if t, ok := s.store.CommitTime(rev); ok {
+		return t
+	}
+	return s.started
+}
+
+// ship uploads the revisions the bucket lacks as deltas and, if full,
+// a full snapshot after them.
+func (s *Shipper) ship(ctx context.Context, full bool) error {
+	var err error
+	if !s.needFull || s.shipped > 0 {
+		err = s.shipDeltas(ctx, 0)
+	}
+	if errors.Is(err, mvcc.ErrHistoryGone) {
+		s.log.Warn("continuous backup: revisions were compacted before they were shipped; a full snapshot follows, and the revisions between cannot be restored to",
+			"first_missing", s.shipped+1, "compact_revision", s.store.CompactRev())
+		s.needFull, full = true, true
+	} else if err != nil {
+		return err
+	}
+	if full {
+		return s.shipFull(ctx)
+	}
+	return nil
+}
+
+// shipDeltas ships the revisions after the bucket's newest, up to to
+// (0: the current revision), in segments.
+func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
+	for {
+		var buf bytes.Buffer
+		info, err := s.store.WriteDelta(&buf, s.shipped, to, s.opts.SegmentBytes)
+		if err != nil {
+			return err
+		}
+		if info.To <= s.shipped {
+			return nil
+		}
+		prev := s.lastTime
+		times := make([]time.Time, 0, info.To-info.From)
+		for rev := info.From + 1; rev <= info.To; rev++ {
+			// Commit times never go backwards in the chain, whatever
+			// the clock did, so a restore to a moment is well defined.
+			t := s.commitTime(rev)
+			if t.Before(s.lastTime) {
+				t = s.lastTime
+			}
+			times = append(times, t)
+			s.lastTime = t
+		}
+		data, err := encodeSegment(info.From+1, times, buf.Bytes())
+		if err != nil {
+			return err
+		}
+		name := deltaName(info.From+1, info.To)
+		if err := s.bucket.Put(ctx, name, data, map[string]string{
+			metaFirstTime: times[0].UTC().Format(time.RFC3339Nano),
+			metaLastTime:  times[len(times)-1].UTC().Format(time.RFC3339Nano),
+		}); err != nil {
+			s.lastTime = prev // the segment will be cut again
+			return fmt.Errorf("upload %s: %w", name, err)
+		}
+		s.shipped = info.To
+		s.metrics.objects.WithLabelValues("delta").Inc()
+		s.metrics.bytes.Add(float64(len(data)))
+		s.metrics.lastDelta.Set(float64(time.Now().Unix()))
+		s.metrics.shipped.Set(float64(s.shipped))
+	}
+}
+
+// shipFull uploads a full snapshot at the current revision, shipping
+// first the deltas up to it (so the older chain reaches it and the new
+// one starts after it), then prunes the bucket.
+func (s *Shipper) shipFull(ctx context.Context) error {
+	b, err := s.store.Backup()
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	info, err := b.Info()
+	if err != nil {
+		return err
+	}
+	if !s.needFull {
+		if err := s.shipDeltas(ctx, info.Revision); err != nil {
+			return err
+		}
+	}
+	if info.Revision == s.fullRev {
+		// Nothing was written since the newest full snapshot: it is
+		// as good as a new one.
+		s.lastFull = time.Now()
+		return nil
+	}
+	at := s.commitTime(info.Revision)
+	if at.Before(s.lastTime) {
+		at = s.lastTime
+	}
+	name := fullName(info.Revision)
+	size, err := uploadFull(ctx, s.bucket, b, name, s.opts.Scratch, at)
+	if err != nil {
+		return err
+	}
+	s.shipped, s.lastTime, s.needFull, s.fullRev = max(s.shipped, info.Revision), at, false, info.Revision
+	s.lastFull = time.Now()
+	s.metrics.objects.WithLabelValues("full").Inc()
+	s.metrics.bytes.Add(float64(size))
+	s.metrics.lastFull.Set(float64(s.lastFull.Unix()))
+	s.metrics.shipped.Set(float64(s.shipped))
+	s.log.Info("continuous backup: full snapshot uploaded", "name", s.bucket.Path(name), "revision", info.Revision, "bytes", size)
+	if s.opts.Retention > 0 {
+		gone, err := Prune(ctx, s.bucket, s.opts.Retention)
+		if err != nil {
+			s.log.Warn("continuous backup: pruning old snapshots failed", "error", err)
+		} else if len(gone) > 0 {
+			s.log.Info("continuous backup: pruned", "objects", len(gone))
+		}
+	}
+	return nil
+}
+
+// uploadFull writes the backup b as a compressed snapshot file in
+// scratch and uploads it as name, marked as committed at at.
+func uploadFull(ctx context.Context, bucket *snapshot.Bucket, b *mvcc.Backup, name, scratch string, at time.Time) (int64, error) {
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return 0, err
+	}
+	f, err := os.CreateTemp(scratch, ".full-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	err = func() error {
+		zw, err := zstd.NewWriter(f)
+		if err != nil {
+			return err
+		}
+		if _, err := snapshot.Write(zw, b); err != nil {
+			zw.Close()
+			return err
+		}
+		return zw.Close()
+	}()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(f.Name())
+	if err != nil {
+		return 0, err
+	}
+	t := at.UTC().Format(time.RFC3339Nano)
+	if err := bucket.PutFile(ctx, name, f.Name(), map[string]string{metaFirstTime: t, metaLastTime: t}); err != nil {
+		return 0, fmt.Errorf("upload %s: %w", name, err)
+	}
+	return fi.Size(), nil
+}
+
+// metrics tell an operator's dashboard how far behind the backup is.
+type metrics struct {
+	lagRevisions, lagSeconds prometheus.Gauge
+	lastFull, lastDelta      prometheus.Gauge
+	shipped                  prometheus.Gauge
+	bytes                    prometheus.Counter
+	objects                  *prometheus.CounterVec
+	failures                 prometheus.Counter
+}
+
+func newMetrics() metrics {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	m := metrics{
+		lagRevisions: g("sett_backup_lag_revisions", "Committed revisions not yet in the backup bucket."),
+		lagSeconds:   g("sett_backup_lag_seconds", "Seconds since the oldest revision not yet in the backup bucket was committed; 0 when caught up."),
+		lastFull:     g("sett_backup_last_full_timestamp_seconds", "Unix time the newest full snapshot of the continuous backup was uploaded."),
+		lastDelta:    g("sett_backup_last_delta_timestamp_seconds", "Unix time the newest delta of the continuous backup was uploaded."),
+		shipped:      g("sett_backup_revision", "Newest revision the backup bucket holds."),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "sett_backup_shipped_bytes_total",
+			Help: "Bytes of full snapshots and deltas uploaded to the backup bucket and verified."}),
+		objects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sett_backup_shipped_objects_total",
+			Help: "Objects uploaded to the backup bucket and verified, by kind (full or delta)."}, []string{"kind"}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sett_backup_failures_total",
+			Help: "Failed attempts to ship to the backup bucket; each is retried with backoff."}),
+	}
+	m.objects.WithLabelValues("full")
+	m.objects.WithLabelValues("delta")
+	return m
+}
+
+// Collectors are the shipper's metrics.
+func (s *Shipper) Collectors() []prometheus.Collector {
+	m := s.metrics
+	return []prometheus.Collector{m.lagRevisions, m.lagSeconds, m.lastFull, m.lastDelta, m.shipped, m.bytes, m.objects, m.failures}
+}
