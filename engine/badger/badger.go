@@ -700,6 +700,27 @@ func (t *txn) commitSynced(ctx context.Context) error {
 
 func (t *txn) Discard() { t.txn.Discard() }
 
+// mayLog checks what refuses a logged commit before anything is
+// written, and discards the transaction if one does.
+func (t *txn) mayLog(ctx context.Context) error {
+	err := ctx.Err()
+	switch {
+	case t.conflict:
+		err = engine.ErrConflict
+	case err != nil:
+	case t.db.wal.failed() != nil:
+		err = fmt.Errorf("commit: %w: %w", engine.ErrDurability, t.db.wal.failed())
+	default:
+		if err = t.db.roomFor(); err != nil {
+			err = fmt.Errorf("commit: %w", err)
+		}
+	}
+	if err != nil {
+		t.txn.Discard()
+	}
+	return err
+}
+
 // commitLogFirst appends the commit's record to the log and syncs it,
 // then commits to Badger, unsynced. So Badger never holds a commit the
 // log could lose: after a power cut the log holds every commit Badger
@@ -710,21 +731,8 @@ func (t *txn) Discard() { t.txn.Discard() }
 // conflicts here (DB.logFirst), so it takes every commit the log holds.
 func (t *txn) commitLogFirst(ctx context.Context) error {
 	d := t.db
-	if t.conflict {
-		t.txn.Discard()
-		return engine.ErrConflict
-	}
-	if err := ctx.Err(); err != nil {
-		t.txn.Discard()
+	if err := t.mayLog(ctx); err != nil {
 		return err
-	}
-	if err := d.wal.failed(); err != nil {
-		t.txn.Discard()
-		return fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
-	}
-	if err := d.roomFor(); err != nil {
-		t.txn.Discard()
-		return fmt.Errorf("commit: %w", err)
 	}
 	start := time.Now()
 	d.gate.RLock()
@@ -771,21 +779,8 @@ func (t *txn) commitLogFirst(ctx context.Context) error {
 // that records are in Badger's order of commits.
 func (t *txn) commitLogged(ctx context.Context) (func() error, error) {
 	d := t.db
-	if t.conflict {
-		t.txn.Discard()
-		return nil, engine.ErrConflict
-	}
-	if err := ctx.Err(); err != nil {
-		t.txn.Discard()
+	if err := t.mayLog(ctx); err != nil {
 		return nil, err
-	}
-	if err := d.wal.failed(); err != nil {
-		t.txn.Discard()
-		return nil, fmt.Errorf("commit: %w: %w", engine.ErrDurability, err)
-	}
-	if err := d.roomFor(); err != nil {
-		t.txn.Discard()
-		return nil, fmt.Errorf("commit: %w", err)
 	}
 	start := time.Now()
 	d.gate.RLock()
