@@ -45,10 +45,10 @@ func importCommand() *cli.Command {
 // is opened in a bulk-load shape that keeps what Badger holds small (see
 // badger.OpenDir); what is left is the Go heap, which without a limit
 // grows to twice what is live between collections, and the binary's own
-// pages. With it a 1M-row kine import peaked at 202-206 MiB, against
-// 331 MiB without, in the same time (docs/BENCHMARKS.md, sett import
-// kine).
-const importMemory = 128 << 20
+// pages. With it (75 MiB for the runtime) a 1M-row kine import peaked at
+// 178-193 MiB, against 331 MiB without, in the same time
+// (docs/BENCHMARKS.md, sett import kine).
+const importMemory = 112 << 20
 
 func limitImportMemory() {
 	if os.Getenv("GOMEMLIMIT") != "" {
