@@ -17,7 +17,7 @@ SOAK_FLAGS ?=
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 3m
 
-.PHONY: build run test test-sett test-tikv bench bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e test-etcd-e2e fuzz image nemesis
+.PHONY: build run test test-sett test-tikv bench bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e e2e-kine test-etcd-e2e fuzz image nemesis
 
 build:
 	$(GO) build -o bin/sett .
@@ -135,8 +135,15 @@ k8s-storage-tikv:
 # through namespaces, bulk objects, paging, patches, a deployment, a CRD,
 # server-side apply, watches, namespace deletion and compaction. Not part of
 # `test`: the first build of the Kubernetes binaries takes minutes.
+# e2e-kine moves such a kube-apiserver from kine (bin/kine on SQLite) to
+# sett by the k3s runbook in docs/DEPLOY.md and checks that its objects and a
+# watch from before the move carry over; e2e runs it after the first.
 e2e:
 	GO=$(GO) testdata/e2e/run.sh
+	GO=$(GO) testdata/e2e/kine.sh
+
+e2e-kine:
+	GO=$(GO) testdata/e2e/kine.sh
 
 # etcd's own end-to-end suites (go.etcd.io/etcd/tests/v3, packages e2e and
 # common, at the version testdata/etcd-e2e pins), every single-member test,

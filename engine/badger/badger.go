@@ -49,6 +49,13 @@ type Options struct {
 	// through on a read and a larger merge at once.
 	LevelZeroTables int
 	BaseLevelSize   int64
+	// TableSizeMultiplier is how much larger a level's tables are than
+	// the level's above, from the base level's 1 MiB; zero means
+	// Badger's 2. Building a table holds twice its size in memory, and a
+	// merge builds several at once, so in a store of gigabytes the
+	// deeper levels' merges cost tens of MiB each; 1 keeps every table
+	// at 1 MiB, for more files.
+	TableSizeMultiplier int
 	// BlockCacheSize and IndexCacheSize size Badger's caches of table
 	// blocks and table indexes; zero means none. Tables are not
 	// compressed, so blocks are read in place from the mapped file and
@@ -58,6 +65,9 @@ type Options struct {
 	// MappedLimit bounds the resident pages of Badger's memory-mapped
 	// data files (see trimMapped); zero leaves them to the kernel.
 	MappedLimit int64
+	// TrimEvery is how often the resident pages are checked against
+	// MappedLimit; zero means once a second (see trim).
+	TrimEvery time.Duration
 	// DetectConflicts makes a commit fail with engine.ErrConflict when a
 	// key it read was written by another transaction that committed after
 	// it began, as a distributed engine's optimistic transactions do.
@@ -205,6 +215,7 @@ func Open(o Options) (*DB, error) {
 		WithChecksumVerificationMode(options.OnTableRead).
 		WithMetricsEnabled(false).
 		WithLogger(logger{o.Logger})
+	opts.TableSizeMultiplier = cmp.Or(max(o.TableSizeMultiplier, 0), 2)
 	if o.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
 	}
@@ -261,16 +272,19 @@ func Open(o Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	go d.trim(o.MappedLimit)
+	go d.trim(o.MappedLimit, cmp.Or(max(o.TrimEvery, 0), time.Second))
 	return d, nil
 }
 
 // trim keeps the resident pages of the data files' mappings under limit,
-// looking once a second. Paging out drops the pages from the page cache
-// too, so every trim makes the reads that follow fault them back in from
-// disk: looking four times a second cost the mixed load 10-15% more CPU
-// per request for no lower peak (docs/BENCHMARKS.md).
-func (d *DB) trim(limit int64) {
+// looking every so often (a server: once a second). Paging out drops the
+// pages from the page cache too, so every trim makes the reads that
+// follow fault them back in from disk: for a server, looking four times
+// a second cost the mixed load 10-15% more CPU per request for no lower
+// peak (docs/BENCHMARKS.md). A bulk load, which writes and merges new
+// tables through their mappings at hundreds of MiB a second, looks more
+// often (see OpenDir).
+func (d *DB) trim(limit int64, every time.Duration) {
 	defer close(d.trimDone)
 	if limit <= 0 || d.dir == "" {
 		return
@@ -283,7 +297,7 @@ func (d *DB) trim(limit int64) {
 	if err != nil {
 		return
 	}
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -932,13 +946,32 @@ func Exists(dir string) bool {
 	return false
 }
 
-// OpenDir opens a Badger store in dir with the default options and
-// returns it with how to close it, for a command that fills a new store
-// (a restore, an import). The data files' resident pages are trimmed as
-// a server's are by default: a bulk load touches every table it writes
-// and merges, and would otherwise hold them all in its resident set.
+// OpenDir opens a Badger store in dir, shaped for a command that fills a
+// new store in one go (a restore, an import, a conversion), and returns
+// it with how to close it. A server opening the store later uses its own
+// shape; the tables are the same format either way.
+//
+// A bulk load writes the whole store through the memtables and merges it
+// level by level, so at its peak it holds the memtables, the tables being
+// built, and the pages of the table files it has just written or merged.
+// Each is kept small here, for a slower load (docs/BENCHMARKS.md, sett
+// import kine, has the figures):
+//   - memtables of half a server's size: flushing one builds its table
+//     in buffers that double as they fill, and Badger keeps them for the
+//     next flush; with 8 MiB memtables they were the largest item of an
+//     import's heap;
+//   - every table 1 MiB, at every level: a merge builds several tables
+//     at once, each in a buffer twice its size, and the deeper levels of
+//     a store of gigabytes would otherwise have tables of 8-16 MiB;
+//   - merges of four level-0 tables into an 8 MiB base level: a merge
+//     reads and writes its tables through their mappings within a
+//     second, faster than any trim, so the size of one merge is the
+//     burst of resident file pages;
+//   - the mapped files' resident pages trimmed to 16 MiB ten times a
+//     second rather than to 32 MiB once.
 func OpenDir(dir string) (engine.Engine, func() error, error) {
-	db, err := Open(Options{Dir: dir, MappedLimit: 32 << 20})
+	db, err := Open(Options{Dir: dir, MemTableSize: DefaultMemTableSize / 2, TableSizeMultiplier: 1,
+		LevelZeroTables: 4, BaseLevelSize: 8 << 20, MappedLimit: 16 << 20, TrimEvery: 100 * time.Millisecond})
 	if err != nil {
 		return nil, nil, err
 	}
