@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/settdb/sett/internal/cmdline"
 	"github.com/urfave/cli/v2"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +32,7 @@ func clientFlags(endpoints, usage string) []cli.Flag {
 // clientConfig is the client configuration the client flags describe.
 func clientConfig(c *cli.Context) (clientv3.Config, error) {
 	cfg := clientv3.Config{
-		Endpoints:   splitList(c.String("endpoints")),
+		Endpoints:   cmdline.SplitList(c.String("endpoints")),
 		DialTimeout: c.Duration("dial-timeout"),
 	}
 	var err error

@@ -11,6 +11,7 @@ import (
 
 	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/internal/cmdline"
 	"github.com/settdb/sett/internal/progress"
 )
 
@@ -34,7 +35,7 @@ func defrag(c *cli.Context) error {
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	dir, endpoints := c.String("data-dir"), splitList(c.String("endpoints"))
+	dir, endpoints := c.String("data-dir"), cmdline.SplitList(c.String("endpoints"))
 	switch {
 	case dir != "" && len(endpoints) > 0:
 		return errors.New("give --data-dir or --endpoints, not both")

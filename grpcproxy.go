@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/settdb/sett/embed"
+	"github.com/settdb/sett/internal/cmdline"
 	"github.com/settdb/sett/proxy"
 )
 
@@ -117,7 +118,7 @@ func runGRPCProxy(c *cli.Context, cfg *proxy.Config, t *proxy.ServerTLS) error {
 	if err != nil {
 		return err
 	}
-	t.CipherSuites = splitList(c.String("listen-cipher-suites"))
+	t.CipherSuites = cmdline.SplitList(c.String("listen-cipher-suites"))
 	if c.IsSet("tls-min-version") {
 		t.MinVersion = c.String("tls-min-version")
 	}
@@ -127,7 +128,7 @@ func runGRPCProxy(c *cli.Context, cfg *proxy.Config, t *proxy.ServerTLS) error {
 	if cfg.TLS, cfg.SelfSignedTLS, err = t.Files(cfg.ListenAddr); err != nil {
 		return err
 	}
-	cfg.Endpoints = splitList(c.String("endpoints"))
+	cfg.Endpoints = cmdline.SplitList(c.String("endpoints"))
 	cfg.MaxConcurrentStreams = uint32(c.Uint64("max-concurrent-streams"))
 	cfg.Logger = log
 	p, err := proxy.Listen(*cfg)

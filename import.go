@@ -1,9 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"errors"
-	"os"
-	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 
@@ -40,25 +39,14 @@ func importCommand() *cli.Command {
 	}
 }
 
-// importMemory is the memory an import holds itself within, unless
-// GOMEMLIMIT or a smaller cgroup limit says otherwise. The store it fills
-// is opened in a bulk-load shape that keeps what Badger holds small (see
-// badger.OpenDir); what is left is the Go heap, which without a limit
-// grows to twice what is live between collections, and the binary's own
-// pages. With it (75 MiB for the runtime) a 1M-row kine import peaked at
-// 178-193 MiB, against 331 MiB without, in the same time
-// (docs/BENCHMARKS.md, sett import kine).
+// importMemory bounds an import's own memory, within a smaller cgroup
+// limit and unless GOMEMLIMIT is set: with it and the bulk-load shape of
+// badger.OpenDir a 1M-row kine import peaked at 178-195 MiB, 331 MiB
+// without it (docs/BENCHMARKS.md, sett import kine).
 const importMemory = 112 << 20
 
 func limitImportMemory() {
-	if os.Getenv("GOMEMLIMIT") != "" {
-		return
-	}
-	limit := int64(importMemory)
-	if cg := embed.CgroupMemoryLimit(); cg > 0 {
-		limit = min(limit, cg)
-	}
-	debug.SetMemoryLimit(embed.SoftMemoryLimit(limit))
+	embed.SetProcessMemoryLimit(min(importMemory, cmp.Or(embed.CgroupMemoryLimit(), importMemory)))
 }
 
 func importEtcd(c *cli.Context) error {

@@ -60,9 +60,7 @@ func runServe(c *cli.Context, cfg *embed.Config) error {
 		log.Info("Skipping defragmentation", "reason", "sett has no bbolt file to defragment at start; sett defrag reclaims its space")
 	}
 
-	if limit := embed.SoftMemoryLimit(cfg.MemoryLimit); limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(limit)
-	}
+	embed.SetProcessMemoryLimit(cfg.MemoryLimit)
 	// The heap may grow by half its live size between collections, not
 	// by all of it: most of what sett allocates is short-lived request
 	// data, so collecting more often costs little CPU and saves a third
@@ -113,14 +111,14 @@ func serveConfig(c *cli.Context, cfg *embed.Config) (err error) {
 	if cfg.ClientTLS, err = serverTLS(c); err != nil {
 		return err
 	}
-	cfg.TiKVPDEndpoints = splitList(c.String("tikv-pd-endpoints"))
-	cfg.InitialAdvertisePeerURLs = splitList(c.String("initial-advertise-peer-urls"))
-	cfg.ListenClientURLs = splitList(c.String("listen-client-urls"))
-	cfg.AdvertiseClientURLs = splitList(c.String("advertise-client-urls"))
-	cfg.ListenClientHTTPURLs = splitList(c.String("listen-client-http-urls"))
-	cfg.ListenMetricsURLs = splitList(c.String("listen-metrics-urls"))
-	cfg.CORS = splitList(c.String("cors"))
-	cfg.HostWhitelist = splitList(c.String("host-whitelist"))
+	cfg.TiKVPDEndpoints = cmdline.SplitList(c.String("tikv-pd-endpoints"))
+	cfg.InitialAdvertisePeerURLs = cmdline.SplitList(c.String("initial-advertise-peer-urls"))
+	cfg.ListenClientURLs = cmdline.SplitList(c.String("listen-client-urls"))
+	cfg.AdvertiseClientURLs = cmdline.SplitList(c.String("advertise-client-urls"))
+	cfg.ListenClientHTTPURLs = cmdline.SplitList(c.String("listen-client-http-urls"))
+	cfg.ListenMetricsURLs = cmdline.SplitList(c.String("listen-metrics-urls"))
+	cfg.CORS = cmdline.SplitList(c.String("cors"))
+	cfg.HostWhitelist = cmdline.SplitList(c.String("host-whitelist"))
 	cfg.AuthTokenTTL = time.Duration(c.Int("auth-token-ttl")) * time.Second
 	cfg.MaxConcurrentStreams = uint32(c.Uint64("max-concurrent-streams"))
 	cfg.MemoryLimit = embed.CgroupMemoryLimit()
@@ -148,13 +146,13 @@ func serverTLS(c *cli.Context) (server.TLSFiles, error) {
 		TrustedCAFile:    c.String("trusted-ca-file"),
 		ClientCertAuth:   c.Bool("client-cert-auth"),
 		CRLFile:          c.String("client-crl-file"),
-		AllowedCNs:       splitList(c.String("client-cert-allowed-cn")),
-		AllowedHostnames: splitList(c.String("client-cert-allowed-hostname")),
+		AllowedCNs:       cmdline.SplitList(c.String("client-cert-allowed-cn")),
+		AllowedHostnames: cmdline.SplitList(c.String("client-cert-allowed-hostname")),
 		ClientCertFile:   c.String("client-cert-file"),
 		ClientKeyFile:    c.String("client-key-file"),
 	}
 	var err error
-	if f.CipherSuites, err = server.ParseCipherSuites(splitList(c.String("cipher-suites"))); err != nil {
+	if f.CipherSuites, err = server.ParseCipherSuites(cmdline.SplitList(c.String("cipher-suites"))); err != nil {
 		return f, fmt.Errorf("--cipher-suites: %w", err)
 	}
 	if f.MinVersion, err = server.ParseTLSVersion(c.String("tls-min-version")); err != nil {
@@ -164,17 +162,6 @@ func serverTLS(c *cli.Context) (server.TLSFiles, error) {
 		return f, fmt.Errorf("--tls-max-version: %w", err)
 	}
 	return f, f.Validate()
-}
-
-// splitList reads a comma-separated flag (URLs, names).
-func splitList(s string) []string {
-	var out []string
-	for _, u := range strings.Split(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 // runsAsEtcd reports whether sett was started under etcd's name, as it

@@ -88,3 +88,15 @@ func UnknownCommand(c *cli.Context) error {
 	}
 	return fmt.Errorf("unknown %s %q: sett's commands are %s (serve is the default)", what, c.Args().First(), strings.Join(names, ", "))
 }
+
+// SplitList reads a comma-separated flag (URLs, names), dropping empty
+// items and the spaces around each.
+func SplitList(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
