@@ -16,11 +16,10 @@ import (
 	"github.com/settdb/sett/internal/lincheck"
 )
 
-// faultKinds are the faults the -faults mode injects, in turn. The ones
-// that stop the server or its writes, a kill and restart and a disk
-// nearly full, are not among them yet: the churn's checks would first
-// have to tell a request cut off by the fault from a failure.
-var faultKinds = []string{"defrag", "snapshot", "burst"}
+// faultKinds are the faults the -faults mode injects, in turn. Those
+// that take the server away, a kill, open an outage window first (see
+// outages), so the churn counts what they cut off apart from failures.
+var faultKinds = []string{"kill", "defrag", "snapshot", "burst"}
 
 // burstKeys is how many objects a burst creates, all at once, as a
 // controller scaling a job up would, and then deletes.
@@ -89,6 +88,8 @@ func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 		f.err = r.snapshot()
 	case "burst":
 		f.err = r.burst()
+	case "kill":
+		f.err = r.kill()
 	}
 	f.took = time.Since(t0)
 	// The registers are driven across the fault and as long again after,
@@ -103,6 +104,27 @@ func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 	stop()
 	f.lin, f.linErr = h.Check(filepath.Join(os.TempDir(), fmt.Sprintf("sett-soak-%s-%s-%d.html", r.name, kind, at/time.Second)))
 	return f
+}
+
+// kill ends the server with SIGKILL, as a crash or the OOM killer
+// would, and restarts it on the same data dir and port, as systemd's
+// Restart=always would. The outage window is open from before the kill
+// until the restarted server has answered a linearizable Get (Restart
+// waits for that), so whatever the churn and the lincheck registers had
+// in flight is cut off, not failed; every write acknowledged before the
+// kill must still be there, which the watchers' check holds.
+func (r *run) kill() error {
+	from := time.Now()
+	r.outages.begin()
+	defer func() {
+		r.outages.end()
+		r.leases.restarted(span{from, time.Now()})
+	}()
+	r.srv.Kill()
+	if err := r.srv.Restart(); err != nil {
+		return fmt.Errorf("restart after SIGKILL: %w", err)
+	}
+	return nil
 }
 
 func (r *run) defrag() error {

@@ -139,7 +139,7 @@ func soakMain() int {
 	flag.DurationVar(&cfg.compactEvery, "compact-every", cfg.compactEvery, "kube-apiserver's compaction interval, and k3s's auto-compaction retention")
 	flag.DurationVar(&cfg.eventTTL, "event-ttl", cfg.eventTTL, "the TTL of event leases (kube-apiserver's --event-ttl)")
 	flag.DurationVar(&cfg.eventLeaseEvery, "event-lease-every", cfg.eventLeaseEvery, "a new event lease this often")
-	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, one of a defragmentation, a snapshot saved, or a burst of 10,000 creates (and their deletes), each checked with lincheck")
+	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, in turn: a SIGKILL and restart, a defragmentation, a snapshot saved, or a burst of 10,000 creates (and their deletes), each checked with lincheck")
 	flag.DurationVar(&cfg.faultEvery, "fault-every", cfg.faultEvery, "how often -faults injects one")
 	flag.StringVar(&out, "out", "bin/soak", "where the CSV and the charts go")
 	flag.StringVar(&settFlags, "sett-flags", "", "extra flags for sett, space-separated")
@@ -188,6 +188,14 @@ func soakMain() int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	go func() {
 		sig := <-sigs
+		// SIGPIPE is asked for only so that output piped into head
+		// does not kill the run before the cleanup: it then goes on
+		// with its writes to stdout failing, and cleans up at its end.
+		// It is not a reason to stop: the kill fault breaks the
+		// clients' connections, whose writes raise it too.
+		for sig == syscall.SIGPIPE {
+			sig = <-sigs
+		}
 		fmt.Fprintf(os.Stderr, "\n%v: killing the servers\n", sig)
 		cleanup()
 		os.Exit(2)
