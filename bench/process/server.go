@@ -32,11 +32,11 @@ type Server struct {
 	cmd      *exec.Cmd
 	lastPID  atomic.Int64  // of the last process started; read without locks by quit
 	peerPort int           // etcd's, kept across restarts as the client port is
-	exited  chan struct{} // closed when cmd has been waited for
-	URL     string        // client URL, http://127.0.0.1:PORT
-	Ready   time.Duration // from exec to the first linearizable Get answered
-	Client  *clientv3.Client
-	Sampler *Sampler
+	exited   chan struct{} // closed when cmd has been waited for
+	URL      string        // client URL, http://127.0.0.1:PORT
+	Ready    time.Duration // from exec to the first linearizable Get answered
+	Client   *clientv3.Client
+	Sampler  *Sampler
 }
 
 // live holds the pid of every server process started and not yet waited

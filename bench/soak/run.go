@@ -41,7 +41,7 @@ type run struct {
 	mu       sync.Mutex
 	failures []string // the first requests that failed
 	failed   int
-	cut      map[string]int // requests cut off by a fault, by kind: not failures
+	cut      map[string]int             // requests cut off by a fault, by kind: not failures
 	acked    map[string]map[string]bool // watched prefix -> "rev key" of every acknowledged write
 
 	t0       time.Time // when the churn started
