@@ -17,9 +17,10 @@ import (
 )
 
 // faultKinds are the faults the -faults mode injects, in turn. Those
-// that take the server away, a kill, open an outage window first (see
-// outages), so the churn counts what they cut off apart from failures.
-var faultKinds = []string{"kill", "defrag", "snapshot", "burst"}
+// that take the server or its writes away, a kill and a disk nearly
+// full, open an outage window first (see outages), so the churn counts
+// what they cut off apart from failures.
+var faultKinds = []string{"kill", "defrag", "snapshot", "burst", "disk-full"}
 
 // burstKeys is how many objects a burst creates, all at once, as a
 // controller scaling a job up would, and then deletes.
@@ -34,7 +35,9 @@ type fault struct {
 	err    error  // of the fault itself
 	lin    string // lincheck's summary of the history around it
 	linErr error
-	cut    bool // the run ended before the history around it was whole
+	cut    bool   // the run ended before the history around it was whole
+	note   string // what the fault saw of the server, for the report
+	skip   string // why it was not injected
 }
 
 // faultLoop injects a fault every faultEvery until ctx ends.
@@ -59,6 +62,10 @@ func (r *run) faultLoop(ctx context.Context) {
 // least 2 s), and checks that history with porcupine.
 func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 	f := fault{kind: kind, at: at, before: r.lastSample()}
+	if kind == "disk-full" && r.disk == "" {
+		f.skip = fmt.Sprintf("%v: %v", errNoDisk, r.diskErr)
+		return f
+	}
 	var clients []*clientv3.Client
 	for range 3 {
 		cli, err := process.NewClient(r.srv.URL)
@@ -90,6 +97,8 @@ func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 		f.err = r.burst()
 	case "kill":
 		f.err = r.kill()
+	case "disk-full":
+		f.note, f.err = r.diskFull(ctx)
 	}
 	f.took = time.Since(t0)
 	// The registers are driven across the fault and as long again after,
@@ -203,6 +212,9 @@ func (r *run) checkFaults() []string {
 	var problems []string
 	for i, f := range r.faults {
 		name := fmt.Sprintf("%s at %v", f.kind, f.at.Round(time.Second))
+		if f.skip != "" {
+			continue
+		}
 		if f.err != nil {
 			problems = append(problems, fmt.Sprintf("%s failed: %v", name, f.err))
 		}

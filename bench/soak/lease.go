@@ -15,6 +15,7 @@ type leaseBook struct {
 	mu       sync.Mutex
 	leases   map[clientv3.LeaseID]*grantedLease
 	restarts []span // kills, until the restarted server answered
+	stalls   []span // disks full, until writes were taken again
 }
 
 type grantedLease struct {
@@ -50,6 +51,14 @@ func (b *leaseBook) restarted(s span) {
 	b.restarts = append(b.restarts, s)
 }
 
+// stalled records a window in which the server refused writes, its
+// lessor's revocations among them.
+func (b *leaseBook) stalled(s span) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stalls = append(b.stalls, s)
+}
+
 // deadline is when l's TTL must have run out. A server that restarts
 // gives every lease alive its whole TTL again, counted from the restart:
 // etcd's lessor does so in Promote (lease/lessor.go: l.refresh(extend)
@@ -65,6 +74,13 @@ func (b *leaseBook) deadline(l *grantedLease) time.Time {
 	for _, s := range b.restarts {
 		if l.sent.Before(s.to) && s.from.Before(d) {
 			d = later(d, s.to.Add(l.ttl))
+		}
+	}
+	// A lease that ran out while writes were refused is revoked once
+	// they are taken again.
+	for _, s := range b.stalls {
+		if s.from.Before(d) && d.Before(s.to) {
+			d = s.to
 		}
 	}
 	return d

@@ -139,7 +139,7 @@ func soakMain() int {
 	flag.DurationVar(&cfg.compactEvery, "compact-every", cfg.compactEvery, "kube-apiserver's compaction interval, and k3s's auto-compaction retention")
 	flag.DurationVar(&cfg.eventTTL, "event-ttl", cfg.eventTTL, "the TTL of event leases (kube-apiserver's --event-ttl)")
 	flag.DurationVar(&cfg.eventLeaseEvery, "event-lease-every", cfg.eventLeaseEvery, "a new event lease this often")
-	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, in turn: a SIGKILL and restart, a defragmentation, a snapshot saved, or a burst of 10,000 creates (and their deletes), each checked with lincheck")
+	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, in turn: a SIGKILL and restart, a defragmentation, a snapshot saved, a burst of 10,000 creates (and their deletes), or the data dir's disk (a tmpfs of its own) nearly full then freed, each checked with lincheck")
 	flag.DurationVar(&cfg.faultEvery, "fault-every", cfg.faultEvery, "how often -faults injects one")
 	flag.StringVar(&out, "out", "bin/soak", "where the CSV and the charts go")
 	flag.StringVar(&settFlags, "sett-flags", "", "extra flags for sett, space-separated")
@@ -181,6 +181,7 @@ func soakMain() int {
 	// Whatever happens, no server outlives the run and no data dir stays.
 	cleanup := func() {
 		process.KillAll()
+		unmountAll()
 		os.RemoveAll(root)
 	}
 	defer cleanup()
@@ -239,7 +240,17 @@ func soak(ctx context.Context, root string, bins map[string]string, settFlags []
 		if r.kind == "sett" {
 			args = append(args, settFlags...)
 		}
-		r.srv = &process.Server{Kind: r.kind, Bin: bins[r.kind], Dir: filepath.Join(dir, "data"), Log: filepath.Join(dir, "log"), Args: args}
+		data := filepath.Join(dir, "data")
+		if r.cfg.faults {
+			// The disk-full fault fills a disk of the server's own.
+			disk := filepath.Join(dir, "disk")
+			if r.diskErr = mountDisk(disk); r.diskErr == nil {
+				r.disk, data = disk, filepath.Join(disk, "data")
+			} else {
+				fmt.Printf("  %-9s no disk of its own, the disk-full fault will be skipped: %v\n", r.name, r.diskErr)
+			}
+		}
+		r.srv = &process.Server{Kind: r.kind, Bin: bins[r.kind], Dir: data, Log: filepath.Join(dir, "log"), Args: args}
 		if err := r.srv.Start(); err != nil {
 			errs[r] = err
 			continue

@@ -32,7 +32,15 @@ func report(w io.Writer, plan []*run, errs map[*run]error) int {
 			if f.cut {
 				cut = " (cut off by the end of the run: not judged)"
 			}
-			fmt.Fprintf(w, "  fault: %s at %v, took %v; lincheck: %s%s\n", f.kind, f.at.Round(time.Second), f.took.Round(time.Millisecond), f.lin, cut)
+			if f.skip != "" {
+				fmt.Fprintf(w, "  fault: %s at %v skipped: %s\n", f.kind, f.at.Round(time.Second), f.skip)
+				continue
+			}
+			note := ""
+			if f.note != "" {
+				note = "; " + f.note
+			}
+			fmt.Fprintf(w, "  fault: %s at %v, took %v%s; lincheck: %s%s\n", f.kind, f.at.Round(time.Second), f.took.Round(time.Millisecond), note, f.lin, cut)
 		}
 		problems := r.check()
 		if len(problems) == 0 {

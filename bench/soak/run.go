@@ -32,6 +32,10 @@ type run struct {
 	srv  *process.Server
 	cli  *clientv3.Client // the writes, lists and samples
 	wcli *clientv3.Client // the watches, on a connection of their own
+	// disk is the tmpfs the data dir is on, for the disk-full fault;
+	// "" if there is none, diskErr saying why.
+	disk    string
+	diskErr error
 
 	lat      latencies
 	leases   leaseBook
