@@ -50,6 +50,11 @@ func (r *run) faultLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// The tick and the end may come together; a fault then
+		// would only be cut off by the end.
+		if ctx.Err() != nil {
+			return
+		}
 		f := r.inject(ctx, faultKinds[i%len(faultKinds)], time.Since(r.t0))
 		r.mu.Lock()
 		r.faults = append(r.faults, f)
