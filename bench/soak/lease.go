@@ -70,10 +70,19 @@ func (b *leaseBook) stalled(s span) {
 // plus its TTL; the TTL a lease was granted with still bounds it from
 // below, as nothing ever shortens it.
 func (b *leaseBook) deadline(l *grantedLease) time.Time {
-	d := l.acked.Add(l.ttl)
-	for _, s := range b.restarts {
+	d, _ := b.deadlineBy(l)
+	return d
+}
+
+// deadlineBy is deadline, and the index in restarts of the restart that
+// set it, -1 if none did.
+func (b *leaseBook) deadlineBy(l *grantedLease) (time.Time, int) {
+	d, by := l.acked.Add(l.ttl), -1
+	for i, s := range b.restarts {
 		if l.sent.Before(s.to) && s.from.Before(d) {
-			d = later(d, s.to.Add(l.ttl))
+			if e := s.to.Add(l.ttl); e.After(d) {
+				d, by = e, i
+			}
 		}
 	}
 	// A lease that ran out while writes were refused is revoked once
@@ -83,7 +92,7 @@ func (b *leaseBook) deadline(l *grantedLease) time.Time {
 			d = s.to
 		}
 	}
-	return d
+	return d, by
 }
 
 func later(a, b time.Time) time.Time {
@@ -94,13 +103,28 @@ func later(a, b time.Time) time.Time {
 }
 
 // expired counts the leases among live (the server's list) whose TTL has
-// run out by now: expired on the clock but not yet revoked.
+// run out by now: expired on the clock but not yet revoked. The leases a
+// restart renewed all run out together, one TTL after it, as one
+// generation of leases does: they count as one, so that the bound on
+// this figure (a generation or two at once) holds after a kill as
+// before it.
 func (b *leaseBook) expired(live []clientv3.LeaseStatus, now time.Time) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
+	restarts := map[int]bool{}
 	for _, s := range live {
-		if l := b.leases[s.ID]; l != nil && now.After(b.deadline(l)) {
+		l := b.leases[s.ID]
+		if l == nil {
+			continue
+		}
+		d, by := b.deadlineBy(l)
+		switch {
+		case !now.After(d):
+		case by < 0:
+			n++
+		case !restarts[by]:
+			restarts[by] = true
 			n++
 		}
 	}
