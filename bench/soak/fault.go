@@ -42,6 +42,10 @@ type fault struct {
 
 // faultLoop injects a fault every faultEvery until ctx ends.
 func (r *run) faultLoop(ctx context.Context) {
+	kinds := r.cfg.faultKinds
+	if kinds == nil {
+		kinds = faultKinds
+	}
 	t := time.NewTicker(r.cfg.faultEvery)
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -50,12 +54,12 @@ func (r *run) faultLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// The tick and the end may come together; a fault then
-		// would only be cut off by the end.
-		if ctx.Err() != nil {
+		// The tick and the end may come together, the tick first;
+		// a fault then would only be cut off by the end.
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 2*time.Second {
 			return
 		}
-		f := r.inject(ctx, faultKinds[i%len(faultKinds)], time.Since(r.t0))
+		f := r.inject(ctx, kinds[i%len(kinds)], time.Since(r.t0))
 		r.mu.Lock()
 		r.faults = append(r.faults, f)
 		r.mu.Unlock()
