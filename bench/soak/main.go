@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +46,7 @@ type config struct {
 	ttlAllowance    time.Duration // how long a lease may outlive its TTL
 	faults          bool          // inject faults (fault.go) every faultEvery
 	faultEvery      time.Duration
+	faultKinds      []string // of faultKinds, the ones injected, in this order; nil: all
 }
 
 // defaultConfig is an hour of a small cluster at kube-apiserver's and
@@ -111,6 +113,11 @@ func (c *config) field(name string) *time.Duration {
 	panic("soak: no interval " + name)
 }
 
+// injects reports whether the run injects faults of kind.
+func (c config) injects(kind string) bool {
+	return c.faults && (c.faultKinds == nil || slices.Contains(c.faultKinds, kind))
+}
+
 // warmUp is how long after the start samples are not yet held to the
 // steady state: a tenth of the run, or, if event leases expire within
 // the run, until the first has (until then events only accumulate).
@@ -141,10 +148,19 @@ func soakMain() int {
 	flag.DurationVar(&cfg.eventLeaseEvery, "event-lease-every", cfg.eventLeaseEvery, "a new event lease this often")
 	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, in turn: a SIGKILL and restart, a defragmentation, a snapshot saved, a burst of 10,000 creates (and their deletes), or the data dir's disk (a tmpfs of its own) nearly full then freed, each checked with lincheck")
 	flag.DurationVar(&cfg.faultEvery, "fault-every", cfg.faultEvery, "how often -faults injects one")
+	var kinds string
+	flag.StringVar(&kinds, "fault-kinds", strings.Join(faultKinds, ","), "the faults -faults injects, in turn, comma-separated")
 	flag.StringVar(&out, "out", "bin/soak", "where the CSV and the charts go")
 	flag.StringVar(&settFlags, "sett-flags", "", "extra flags for sett, space-separated")
 	flag.Parse()
 	bins := map[string]string{"sett": settBin, "etcd": etcdBin}
+	for _, k := range strings.Split(kinds, ",") {
+		if !slices.Contains(faultKinds, k) {
+			fmt.Fprintf(os.Stderr, "-fault-kinds: no fault %q; there are %s\n", k, strings.Join(faultKinds, ", "))
+			return 1
+		}
+		cfg.faultKinds = append(cfg.faultKinds, k)
+	}
 	if cfg.duration < shortUnder {
 		// The hour's intervals would see no compaction and no event
 		// expire in a short run; take make test's, bar those set.
@@ -241,7 +257,7 @@ func soak(ctx context.Context, root string, bins map[string]string, settFlags []
 			args = append(args, settFlags...)
 		}
 		data := filepath.Join(dir, "data")
-		if r.cfg.faults {
+		if r.cfg.injects("disk-full") {
 			// The disk-full fault fills a disk of the server's own.
 			disk := filepath.Join(dir, "disk")
 			if r.diskErr = mountDisk(disk); r.diskErr == nil {
