@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,13 +29,14 @@ type Server struct {
 	Args []string // extra flags
 	Env  []string // extra environment
 
-	cmd     *exec.Cmd
-	lastPID atomic.Int64  // of the last process started; read without locks by quit
-	exited  chan struct{} // closed when cmd has been waited for
-	URL     string        // client URL, http://127.0.0.1:PORT
-	Ready   time.Duration // from exec to the first linearizable Get answered
-	Client  *clientv3.Client
-	Sampler *Sampler
+	cmd      *exec.Cmd
+	lastPID  atomic.Int64  // of the last process started; read without locks by quit
+	peerPort int           // etcd's, kept across restarts as the client port is
+	exited   chan struct{} // closed when cmd has been waited for
+	URL      string        // client URL, http://127.0.0.1:PORT
+	Ready    time.Duration // from exec to the first linearizable Get answered
+	Client   *clientv3.Client
+	Sampler  *Sampler
 }
 
 // live holds the pid of every server process started and not yet waited
@@ -69,18 +72,44 @@ func track(pid int, on bool) {
 // readyTimeout bounds how long a server may take to answer its first Get.
 const readyTimeout = 2 * time.Minute
 
-// Start runs the server process and waits until it answers a
-// linearizable Get, which is when a client can use it.
+// Start runs the server process on a free port and waits until it
+// answers a linearizable Get, which is when a client can use it.
 func (s *Server) Start() error {
 	port, err := FreePort()
 	if err != nil {
 		return err
 	}
 	s.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	args, err := s.flags()
-	if err != nil {
-		return err
+	if s.Kind == "etcd" {
+		if s.peerPort, err = FreePort(); err != nil {
+			return err
+		}
 	}
+	return s.start(port)
+}
+
+// Restart starts the server again, after Kill or Stop, on the same data
+// dir and the same URL, as a supervisor restarts a crashed server: the
+// clients already pointed at it reconnect rather than being told of a
+// new address. URL is not written, so other goroutines may go on
+// reading it. The port may have been taken meanwhile; then it fails.
+func (s *Server) Restart() error {
+	if s.cmd != nil {
+		return errors.New("restart of a server still running")
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("restart: port of %s: %w", s.URL, err)
+	}
+	return s.start(port)
+}
+
+func (s *Server) start(port int) error {
+	args := s.flags()
 	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -116,33 +145,29 @@ func (s *Server) Start() error {
 // flags is the command line that serves clients on s.URL from s.Dir.
 // etcd keeps all its defaults (fsync on every WAL write, snapshot every
 // 10,000 entries); only the ports and dir are chosen.
-func (s *Server) flags() ([]string, error) {
+func (s *Server) flags() []string {
 	switch s.Kind {
 	case "etcd":
-		peer, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+		peerURL := fmt.Sprintf("http://127.0.0.1:%d", s.peerPort)
 		return []string{
 			"--name", "default", "--data-dir", s.Dir,
 			"--listen-client-urls", s.URL, "--advertise-client-urls", s.URL,
 			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", "default=" + peerURL,
 			"--log-level", "warn",
-		}, nil
+		}
 	case "t4":
 		// Single-node mode, no object store: T4's own WAL on the
 		// local disk, as sett's and etcd's are.
 		return []string{
 			"run", "--data-dir", s.Dir, "--listen", strings.TrimPrefix(s.URL, "http://"),
 			"--log-level", "warn",
-		}, nil
+		}
 	default:
 		return []string{
 			"serve", "--data-dir", s.Dir, "--listen-client-urls", s.URL,
 			"--log-level", "warn", "--log-format", "json",
-		}, nil
+		}
 	}
 }
 
@@ -249,7 +274,9 @@ func (s *Server) KeepLog() string {
 	return f.Name()
 }
 
-// Kill ends the server at once (cleanup after a failure).
+// Kill ends the server at once with SIGKILL, as a crash or the OOM
+// killer would, and waits for it to exit; the data dir is kept for
+// Restart.
 func (s *Server) Kill() {
 	if s.cmd == nil {
 		return
@@ -274,7 +301,10 @@ func (s *Server) done() {
 // RemoveData deletes the data dir of a stopped server.
 func (s *Server) RemoveData() { os.RemoveAll(s.Dir) }
 
-func (s *Server) PID() int { return s.cmd.Process.Pid }
+// PID is the process last started: after Kill, a pid that no longer
+// runs, whose /proc reads fail. Safe to call from another goroutine
+// while the server is killed and restarted.
+func (s *Server) PID() int { return int(s.lastPID.Load()) }
 
 // CPU is the server's CPU time so far; 0 if it cannot be read.
 func (s *Server) CPU() time.Duration {

@@ -96,41 +96,93 @@ func (r *run) create(ctx context.Context, kind, k string, v []byte, lease client
 	if lease != clientv3.NoLease {
 		put = clientv3.OpPut(k, string(v), clientv3.WithLease(lease))
 	}
-	return r.txn(ctx, kind, k, clientv3.Compare(clientv3.ModRevision(k), "=", 0), put)
+	return r.txn(ctx, kind, k, 0, put)
 }
 
 // update puts k if it is still at rev, as kube-apiserver's
 // GuaranteedUpdate does; no one else writes the key, so a failed
 // comparison is a lost write.
 func (r *run) update(ctx context.Context, kind, k string, rev int64, v []byte) (int64, bool) {
-	return r.txn(ctx, kind, k, clientv3.Compare(clientv3.ModRevision(k), "=", rev), clientv3.OpPut(k, string(v)))
+	return r.txn(ctx, kind, k, rev, clientv3.OpPut(k, string(v)))
 }
 
 // delete deletes k if it is still at rev.
 func (r *run) delete(ctx context.Context, k string, rev int64) bool {
-	_, ok := r.txn(ctx, "delete", k, clientv3.Compare(clientv3.ModRevision(k), "=", rev), clientv3.OpDelete(k))
+	_, ok := r.txn(ctx, "delete", k, rev, clientv3.OpDelete(k))
 	return ok
 }
 
-// txn runs one conditional write of k, times it as kind, and records the
-// revision it made as one the watcher of k's prefix must deliver.
-func (r *run) txn(ctx context.Context, kind, k string, cmp clientv3.Cmp, op clientv3.Op) (int64, bool) {
-	rctx, cancel := request()
-	defer cancel()
-	t0 := time.Now()
-	resp, err := r.cli.Txn(rctx).If(cmp).Then(op).Commit()
-	r.lat.add(kind, time.Since(t0))
-	if err != nil {
-		r.fail("%s %s: %w", kind, k, err)
-		return 0, false
+// txn runs one write of k if k is at mod revision at (0: absent), times
+// it as kind, and records the revision it made as one the watcher of k's
+// prefix must deliver. A write a fault cut off has an unknown outcome:
+// it is not retried blindly, which would fail its comparison if the
+// first had landed and look like a lost write, but resolved by reading k
+// back once the server answers again, and sent again only if it did
+// not land. The revision is 0 for a delete so resolved, whose revision
+// the read cannot tell.
+func (r *run) txn(ctx context.Context, kind, k string, at int64, op clientv3.Op) (int64, bool) {
+	for {
+		m := r.outages.mark()
+		rctx, cancel := request()
+		t0 := time.Now()
+		resp, err := r.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", at)).Then(op).Commit()
+		took := time.Since(t0)
+		cancel()
+		if err == nil {
+			r.lat.add(kind, took)
+			if !resp.Succeeded {
+				r.fail("%s %s: comparison failed, but no one else writes the key", kind, k)
+				return 0, false
+			}
+			rev := resp.Header.Revision
+			r.ack(k, rev)
+			return rev, true
+		}
+		if !r.outages.cutOff(m) {
+			r.lat.add(kind, took)
+			r.fail("%s %s: %w", kind, k, err)
+			return 0, false
+		}
+		r.cutOff(kind)
+		now, ok := r.resolve(ctx, k)
+		switch {
+		case !ok:
+			return 0, false
+		case now == at:
+			// It did not land; k is as it was. Send it again.
+		case op.IsDelete():
+			return 0, true
+		default:
+			// It landed, and the server acknowledged it once it
+			// answered again: the watcher must deliver it.
+			r.ack(k, now)
+			return now, true
+		}
 	}
-	if !resp.Succeeded {
-		r.fail("%s %s: comparison failed, but no one else writes the key", kind, k)
-		return 0, false
+}
+
+// resolve waits for the fault's window to close and reads k's mod
+// revision (0 if absent) with a linearizable Get. false if ctx ended or
+// the read failed outside a window (recorded as a failure).
+func (r *run) resolve(ctx context.Context, k string) (int64, bool) {
+	for {
+		if r.outages.wait(ctx) != nil {
+			return 0, false
+		}
+		m := r.outages.mark()
+		rctx, cancel := request()
+		resp, err := r.cli.Get(rctx, k)
+		cancel()
+		switch {
+		case err == nil && len(resp.Kvs) == 0:
+			return 0, true
+		case err == nil:
+			return resp.Kvs[0].ModRevision, true
+		case !r.outages.cutOff(m):
+			r.fail("reading back %s, cut off by a fault: %w", k, err)
+			return 0, false
+		}
 	}
-	rev := resp.Header.Revision
-	r.ack(k, rev)
-	return rev, true
 }
 
 // events writes events at eventRate, each with the event lease of the
@@ -167,13 +219,16 @@ func (r *run) events(ctx context.Context) {
 func (r *run) grant(ctx context.Context) (clientv3.LeaseID, bool) {
 	rctx, cancel := request()
 	defer cancel()
+	m := r.outages.mark()
 	t0 := time.Now()
 	resp, err := r.cli.Grant(rctx, int64(r.cfg.eventTTL/time.Second))
-	r.lat.add("grant", time.Since(t0))
 	if err != nil {
-		r.fail("grant: %w", err)
+		// A grant cut off may have granted a lease no key is
+		// attached to; it expires unseen.
+		r.failOrCut(m, "grant", "grant: %w", err)
 		return 0, false
 	}
+	r.lat.add("grant", time.Since(t0))
 	r.leases.granted(resp.ID, t0, time.Now(), time.Duration(resp.TTL)*time.Second)
 	return resp.ID, true
 }
@@ -223,12 +278,13 @@ func (r *run) lists(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, p := range watchedPrefixes {
+			m := r.outages.mark()
 			t0 := time.Now()
-			err := r.list(p)
-			r.lat.add("list", time.Since(t0))
-			if err != nil {
-				r.fail("list %s: %w", p, err)
+			if err := r.list(p); err != nil {
+				r.failOrCut(m, "list", "list %s: %w", p, err)
+				continue
 			}
+			r.lat.add("list", time.Since(t0))
 		}
 	}
 }
@@ -275,11 +331,23 @@ func (r *run) compactions(ctx context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := request()
+		m := r.outages.mark()
 		resp, err := r.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.Version(compactKey), "=", version)).
 			Then(clientv3.OpPut(compactKey, compactKey)).
 			Else(clientv3.OpGet(compactKey)).Commit()
 		cancel()
+		if err != nil && r.outages.cutOff(m) {
+			// The round may have landed: the next must compare
+			// with the version there now. This one compacts
+			// nothing; the next compacts to the revision noted
+			// before.
+			r.cutOff("compact")
+			if v, ok := r.compactVersion(ctx); ok {
+				version = v
+			}
+			continue
+		}
 		if err != nil {
 			r.fail("compaction round: %w", err)
 			continue
@@ -295,12 +363,37 @@ func (r *run) compactions(ctx context.Context) {
 			continue
 		}
 		rctx, cancel = request()
+		m = r.outages.mark()
 		t0 := time.Now()
 		_, err = r.cli.Compact(rctx, prev)
 		cancel()
-		r.lat.add("compact", time.Since(t0))
 		if err != nil {
-			r.fail("compact to %d: %w", prev, err)
+			r.failOrCut(m, "compact", "compact to %d: %w", prev, err)
+			continue
+		}
+		r.lat.add("compact", time.Since(t0))
+	}
+}
+
+// compactVersion reads compactKey's version once a fault's window has
+// closed; false if ctx ended or the read failed (recorded).
+func (r *run) compactVersion(ctx context.Context) (int64, bool) {
+	for {
+		if r.outages.wait(ctx) != nil {
+			return 0, false
+		}
+		m := r.outages.mark()
+		rctx, cancel := request()
+		resp, err := r.cli.Get(rctx, compactKey)
+		cancel()
+		switch {
+		case err == nil && len(resp.Kvs) == 0:
+			return 0, true
+		case err == nil:
+			return resp.Kvs[0].Version, true
+		case !r.outages.cutOff(m):
+			r.fail("compaction round: reading back %s: %w", compactKey, err)
+			return 0, false
 		}
 	}
 }

@@ -16,11 +16,11 @@ import (
 	"github.com/settdb/sett/internal/lincheck"
 )
 
-// faultKinds are the faults the -faults mode injects, in turn. The ones
-// that stop the server or its writes, a kill and restart and a disk
-// nearly full, are not among them yet: the churn's checks would first
-// have to tell a request cut off by the fault from a failure.
-var faultKinds = []string{"defrag", "snapshot", "burst"}
+// faultKinds are the faults the -faults mode injects, in turn. Those
+// that take the server or its writes away, a kill and a disk nearly
+// full, open an outage window first (see outages), so the churn counts
+// what they cut off apart from failures.
+var faultKinds = []string{"kill", "defrag", "snapshot", "burst", "disk-full"}
 
 // burstKeys is how many objects a burst creates, all at once, as a
 // controller scaling a job up would, and then deletes.
@@ -35,11 +35,17 @@ type fault struct {
 	err    error  // of the fault itself
 	lin    string // lincheck's summary of the history around it
 	linErr error
-	cut    bool // the run ended before the history around it was whole
+	cut    bool   // the run ended before the history around it was whole
+	note   string // what the fault saw of the server, for the report
+	skip   string // why it was not injected
 }
 
 // faultLoop injects a fault every faultEvery until ctx ends.
 func (r *run) faultLoop(ctx context.Context) {
+	kinds := r.cfg.faultKinds
+	if kinds == nil {
+		kinds = faultKinds
+	}
 	t := time.NewTicker(r.cfg.faultEvery)
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -48,7 +54,12 @@ func (r *run) faultLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		f := r.inject(ctx, faultKinds[i%len(faultKinds)], time.Since(r.t0))
+		// The tick and the end may come together, the tick first;
+		// a fault then would only be cut off by the end.
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 2*time.Second {
+			return
+		}
+		f := r.inject(ctx, kinds[i%len(kinds)], time.Since(r.t0))
 		r.mu.Lock()
 		r.faults = append(r.faults, f)
 		r.mu.Unlock()
@@ -60,6 +71,10 @@ func (r *run) faultLoop(ctx context.Context) {
 // least 2 s), and checks that history with porcupine.
 func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 	f := fault{kind: kind, at: at, before: r.lastSample()}
+	if kind == "disk-full" && r.disk == "" {
+		f.skip = fmt.Sprintf("%v: %v", errNoDisk, r.diskErr)
+		return f
+	}
 	var clients []*clientv3.Client
 	for range 3 {
 		cli, err := process.NewClient(r.srv.URL)
@@ -89,6 +104,10 @@ func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 		f.err = r.snapshot()
 	case "burst":
 		f.err = r.burst()
+	case "kill":
+		f.err = r.kill()
+	case "disk-full":
+		f.note, f.err = r.diskFull(ctx)
 	}
 	f.took = time.Since(t0)
 	// The registers are driven across the fault and as long again after,
@@ -103,6 +122,27 @@ func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 	stop()
 	f.lin, f.linErr = h.Check(filepath.Join(os.TempDir(), fmt.Sprintf("sett-soak-%s-%s-%d.html", r.name, kind, at/time.Second)))
 	return f
+}
+
+// kill ends the server with SIGKILL, as a crash or the OOM killer
+// would, and restarts it on the same data dir and port, as systemd's
+// Restart=always would. The outage window is open from before the kill
+// until the restarted server has answered a linearizable Get (Restart
+// waits for that), so whatever the churn and the lincheck registers had
+// in flight is cut off, not failed; every write acknowledged before the
+// kill must still be there, which the watchers' check holds.
+func (r *run) kill() error {
+	from := time.Now()
+	r.outages.begin()
+	defer func() {
+		r.outages.end()
+		r.leases.restarted(span{from, time.Now()})
+	}()
+	r.srv.Kill()
+	if err := r.srv.Restart(); err != nil {
+		return fmt.Errorf("restart after SIGKILL: %w", err)
+	}
+	return nil
 }
 
 func (r *run) defrag() error {
@@ -181,6 +221,9 @@ func (r *run) checkFaults() []string {
 	var problems []string
 	for i, f := range r.faults {
 		name := fmt.Sprintf("%s at %v", f.kind, f.at.Round(time.Second))
+		if f.skip != "" {
+			continue
+		}
 		if f.err != nil {
 			problems = append(problems, fmt.Sprintf("%s failed: %v", name, f.err))
 		}

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +46,7 @@ type config struct {
 	ttlAllowance    time.Duration // how long a lease may outlive its TTL
 	faults          bool          // inject faults (fault.go) every faultEvery
 	faultEvery      time.Duration
+	faultKinds      []string // of faultKinds, the ones injected, in this order; nil: all
 }
 
 // defaultConfig is an hour of a small cluster at kube-apiserver's and
@@ -111,6 +113,11 @@ func (c *config) field(name string) *time.Duration {
 	panic("soak: no interval " + name)
 }
 
+// injects reports whether the run injects faults of kind.
+func (c config) injects(kind string) bool {
+	return c.faults && (c.faultKinds == nil || slices.Contains(c.faultKinds, kind))
+}
+
 // warmUp is how long after the start samples are not yet held to the
 // steady state: a tenth of the run, or, if event leases expire within
 // the run, until the first has (until then events only accumulate).
@@ -139,12 +146,21 @@ func soakMain() int {
 	flag.DurationVar(&cfg.compactEvery, "compact-every", cfg.compactEvery, "kube-apiserver's compaction interval, and k3s's auto-compaction retention")
 	flag.DurationVar(&cfg.eventTTL, "event-ttl", cfg.eventTTL, "the TTL of event leases (kube-apiserver's --event-ttl)")
 	flag.DurationVar(&cfg.eventLeaseEvery, "event-lease-every", cfg.eventLeaseEvery, "a new event lease this often")
-	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, one of a defragmentation, a snapshot saved, or a burst of 10,000 creates (and their deletes), each checked with lincheck")
+	flag.BoolVar(&cfg.faults, "faults", false, "every -fault-every, in turn: a SIGKILL and restart, a defragmentation, a snapshot saved, a burst of 10,000 creates (and their deletes), or the data dir's disk (a tmpfs of its own) nearly full then freed, each checked with lincheck")
 	flag.DurationVar(&cfg.faultEvery, "fault-every", cfg.faultEvery, "how often -faults injects one")
+	var kinds string
+	flag.StringVar(&kinds, "fault-kinds", strings.Join(faultKinds, ","), "the faults -faults injects, in turn, comma-separated")
 	flag.StringVar(&out, "out", "bin/soak", "where the CSV and the charts go")
 	flag.StringVar(&settFlags, "sett-flags", "", "extra flags for sett, space-separated")
 	flag.Parse()
 	bins := map[string]string{"sett": settBin, "etcd": etcdBin}
+	for _, k := range strings.Split(kinds, ",") {
+		if !slices.Contains(faultKinds, k) {
+			fmt.Fprintf(os.Stderr, "-fault-kinds: no fault %q; there are %s\n", k, strings.Join(faultKinds, ", "))
+			return 1
+		}
+		cfg.faultKinds = append(cfg.faultKinds, k)
+	}
 	if cfg.duration < shortUnder {
 		// The hour's intervals would see no compaction and no event
 		// expire in a short run; take make test's, bar those set.
@@ -181,6 +197,7 @@ func soakMain() int {
 	// Whatever happens, no server outlives the run and no data dir stays.
 	cleanup := func() {
 		process.KillAll()
+		unmountAll()
 		os.RemoveAll(root)
 	}
 	defer cleanup()
@@ -188,6 +205,14 @@ func soakMain() int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	go func() {
 		sig := <-sigs
+		// SIGPIPE is asked for only so that output piped into head
+		// does not kill the run before the cleanup: it then goes on
+		// with its writes to stdout failing, and cleans up at its end.
+		// It is not a reason to stop: the kill fault breaks the
+		// clients' connections, whose writes raise it too.
+		for sig == syscall.SIGPIPE {
+			sig = <-sigs
+		}
 		fmt.Fprintf(os.Stderr, "\n%v: killing the servers\n", sig)
 		cleanup()
 		os.Exit(2)
@@ -231,7 +256,17 @@ func soak(ctx context.Context, root string, bins map[string]string, settFlags []
 		if r.kind == "sett" {
 			args = append(args, settFlags...)
 		}
-		r.srv = &process.Server{Kind: r.kind, Bin: bins[r.kind], Dir: filepath.Join(dir, "data"), Log: filepath.Join(dir, "log"), Args: args}
+		data := filepath.Join(dir, "data")
+		if r.cfg.injects("disk-full") {
+			// The disk-full fault fills a disk of the server's own.
+			disk := filepath.Join(dir, "disk")
+			if r.diskErr = mountDisk(disk); r.diskErr == nil {
+				r.disk, data = disk, filepath.Join(disk, "data")
+			} else {
+				fmt.Printf("  %-9s no disk of its own, the disk-full fault will be skipped: %v\n", r.name, r.diskErr)
+			}
+		}
+		r.srv = &process.Server{Kind: r.kind, Bin: bins[r.kind], Dir: data, Log: filepath.Join(dir, "log"), Args: args}
 		if err := r.srv.Start(); err != nil {
 			errs[r] = err
 			continue

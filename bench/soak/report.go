@@ -4,9 +4,12 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,7 +32,15 @@ func report(w io.Writer, plan []*run, errs map[*run]error) int {
 			if f.cut {
 				cut = " (cut off by the end of the run: not judged)"
 			}
-			fmt.Fprintf(w, "  fault: %s at %v, took %v; lincheck: %s%s\n", f.kind, f.at.Round(time.Second), f.took.Round(time.Millisecond), f.lin, cut)
+			if f.skip != "" {
+				fmt.Fprintf(w, "  fault: %s at %v skipped: %s\n", f.kind, f.at.Round(time.Second), f.skip)
+				continue
+			}
+			note := ""
+			if f.note != "" {
+				note = "; " + f.note
+			}
+			fmt.Fprintf(w, "  fault: %s at %v, took %v%s; lincheck: %s%s\n", f.kind, f.at.Round(time.Second), f.took.Round(time.Millisecond), note, f.lin, cut)
 		}
 		problems := r.check()
 		if len(problems) == 0 {
@@ -76,6 +87,20 @@ func printQuarters(w io.Writer, r *run) {
 	}
 	fmt.Fprintf(w, "  | longest a lease outlived its TTL | | %v |\n", r.worstTTL.Round(time.Millisecond))
 	fmt.Fprintf(w, "  | requests failed | | %d |\n", r.failed)
+	if len(r.cut) > 0 {
+		fmt.Fprintf(w, "  | requests cut off by a fault (not failures) | | %s |\n", cutOffs(r.cut))
+	}
+}
+
+// cutOffs is the count of requests cut off, in all and by kind.
+func cutOffs(cut map[string]int) string {
+	total := 0
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(cut)) {
+		total += cut[k]
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, cut[k]))
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(kinds, ", "))
 }
 
 // quarters are the first and last quarters of the samples after the

@@ -32,14 +32,20 @@ type run struct {
 	srv  *process.Server
 	cli  *clientv3.Client // the writes, lists and samples
 	wcli *clientv3.Client // the watches, on a connection of their own
+	// disk is the tmpfs the data dir is on, for the disk-full fault;
+	// "" if there is none, diskErr saying why.
+	disk    string
+	diskErr error
 
 	lat      latencies
 	leases   leaseBook
+	outages  outages // while a fault has taken the server away
 	watchers []*watcher
 
 	mu       sync.Mutex
 	failures []string // the first requests that failed
 	failed   int
+	cut      map[string]int             // requests cut off by a fault, by kind: not failures
 	acked    map[string]map[string]bool // watched prefix -> "rev key" of every acknowledged write
 
 	t0       time.Time // when the churn started
@@ -57,6 +63,26 @@ func (r *run) fail(format string, args ...any) {
 	if len(r.failures) < 10 {
 		r.failures = append(r.failures, err.Error())
 	}
+}
+
+// cutOff counts a request of kind that a fault cut off.
+func (r *run) cutOff(kind string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cut == nil {
+		r.cut = map[string]int{}
+	}
+	r.cut[kind]++
+}
+
+// failOrCut records a request's error: as cut off by a fault if
+// r.outages says one may have, as a failure if not.
+func (r *run) failOrCut(m mark, kind, format string, args ...any) {
+	if r.outages.cutOff(m) {
+		r.cutOff(kind)
+		return
+	}
+	r.fail(format, args...)
 }
 
 // ack records a write's revision as one its prefix's watcher must deliver.
@@ -227,7 +253,8 @@ type sample struct {
 // sample also asks the watchers for a progress notification, as
 // kube-apiserver does before a consistent read from its cache.
 func (r *run) sampleUntil(ctx context.Context) {
-	cpu0, _ := process.CPUTime(r.srv.PID())
+	pid := r.srv.PID()
+	cpu0, _ := process.CPUTime(pid)
 	prev := r.t0
 	t := time.NewTicker(r.cfg.sampleEvery)
 	defer t.Stop()
@@ -238,15 +265,21 @@ func (r *run) sampleUntil(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
+		m := r.outages.mark()
 		s, err := r.sample(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			r.fail("sample: %w", err)
+			r.failOrCut(m, "sample", "sample: %w", err)
 			continue
 		}
-		cpu, _ := process.CPUTime(r.srv.PID())
+		// A kill and restart makes a new process, whose CPU time
+		// starts from nothing.
+		if p := r.srv.PID(); p != pid {
+			pid, cpu0 = p, 0
+		}
+		cpu, _ := process.CPUTime(pid)
 		s.at = now.Sub(r.t0)
 		s.cpu = 100 * float64(cpu-cpu0) / float64(now.Sub(prev))
 		cpu0, prev = cpu, now
