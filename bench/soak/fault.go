@@ -31,7 +31,6 @@ type fault struct {
 	kind   string
 	at     time.Duration // since the run started
 	took   time.Duration
-	before sample // the last sample before it, the steady state to return to
 	err    error  // of the fault itself
 	lin    string // lincheck's summary of the history around it
 	linErr error
@@ -70,7 +69,7 @@ func (r *run) faultLoop(ctx context.Context) {
 // registers, from before the fault until as long after it as it took (at
 // least 2 s), and checks that history with porcupine.
 func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
-	f := fault{kind: kind, at: at, before: r.lastSample()}
+	f := fault{kind: kind, at: at}
 	if kind == "disk-full" && r.disk == "" {
 		f.skip = fmt.Sprintf("%v: %v", errNoDisk, r.diskErr)
 		return f
@@ -204,13 +203,18 @@ func (r *run) burst() error {
 	return nil
 }
 
-func (r *run) lastSample() sample {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.samples) == 0 {
-		return sample{}
+// steadySamples is how many samples on each side of a fault checkFaults
+// averages.
+const steadySamples = 5
+
+func lastN(ss []sample, n int) []sample { return ss[max(0, len(ss)-n):] }
+
+func meanOf(ss []sample, get func(sample) float64) float64 {
+	var sum float64
+	for _, s := range ss {
+		sum += get(s)
 	}
-	return r.samples[len(r.samples)-1]
+	return sum / float64(len(ss))
 }
 
 // checkFaults requires every fault to have succeeded, its history to be
@@ -234,26 +238,33 @@ func (r *run) checkFaults() []string {
 		if i+1 < len(r.faults) {
 			end = r.faults[i+1].at
 		}
-		var after *sample
-		for j := range r.samples {
-			if s := &r.samples[j]; s.at > f.at+f.took && s.at < end {
-				after = s
+		// Each side is the mean of up to steadySamples samples: one
+		// sample of the heap swings by half between two collections,
+		// and is lowest just after a restart.
+		var before, after []sample
+		for _, smp := range r.samples {
+			switch {
+			case smp.at < f.at:
+				before = append(before, smp)
+			case smp.at > f.at+f.took && smp.at < end:
+				after = append(after, smp)
 			}
 		}
+		before, after = lastN(before, steadySamples), lastN(after, steadySamples)
 		// Compaction frees a burst's revisions within two intervals
 		// (kube-apiserver compacts to the revision of the round
 		// before), and Badger's own work follows; a fault with less
 		// time than that before the next, or the end, is not judged.
 		settle := 2*r.cfg.compactEvery + 2*r.cfg.sampleEvery
-		if after == nil || f.before.at == 0 || end-(f.at+f.took) < settle {
+		if len(after) == 0 || len(before) == 0 || end-(f.at+f.took) < settle {
 			continue
 		}
 		held := figure{name: "revisions held", div: 1, rel: heldRel, abs: heldAbs, get: func(s sample) float64 { return float64(s.head - s.oldest) }}
 		for _, fg := range append(figures, held) {
-			a, b := fg.get(f.before), fg.get(*after)
+			a, b := meanOf(before, fg.get), meanOf(after, fg.get)
 			if limit := a*(1+fg.rel) + fg.abs; b > limit {
-				problems = append(problems, fmt.Sprintf("%s: %s was %s before it and still %s at %v, past %s",
-					name, fg.name, fg.format(a), fg.format(b), after.at.Round(time.Second), fg.format(limit)))
+				problems = append(problems, fmt.Sprintf("%s: %s was %s before it and still %s by %v, past %s (means of %d samples)",
+					name, fg.name, fg.format(a), fg.format(b), after[len(after)-1].at.Round(time.Second), fg.format(limit), len(after)))
 			}
 		}
 	}
