@@ -9,12 +9,12 @@ import (
 	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/etcddir"
+	"github.com/settdb/sett/internal/cmdline"
 	"github.com/settdb/sett/internal/progress"
 	"github.com/settdb/sett/kine"
 )
 
-// The import command's command line; the work is packages etcddir's and
-// kine's.
+// The import command's command line; the work is etcddir's and kine's.
 
 func importCommand() *cli.Command {
 	return &cli.Command{
@@ -46,7 +46,7 @@ func importCommand() *cli.Command {
 const importMemory = 112 << 20
 
 func limitImportMemory() {
-	embed.SetProcessMemoryLimit(min(importMemory, cmp.Or(embed.CgroupMemoryLimit(), importMemory)))
+	cmdline.SetMemoryLimit(min(importMemory, cmp.Or(embed.CgroupMemoryLimit(), importMemory)))
 }
 
 func importEtcd(c *cli.Context) error {

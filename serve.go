@@ -60,7 +60,7 @@ func runServe(c *cli.Context, cfg *embed.Config) error {
 		log.Info("Skipping defragmentation", "reason", "sett has no bbolt file to defragment at start; sett defrag reclaims its space")
 	}
 
-	embed.SetProcessMemoryLimit(cfg.MemoryLimit)
+	cmdline.SetMemoryLimit(cfg.MemoryLimit)
 	// The heap may grow by half its live size between collections, not
 	// by all of it: most of what sett allocates is short-lived request
 	// data, so collecting more often costs little CPU and saves a third

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -65,15 +64,6 @@ func newBudget(limit int64) budget {
 // command sets it; a host program that embeds sett and has no limit of
 // its own may do the same.
 func SoftMemoryLimit(limit int64) int64 { return newBudget(limit).goLimit }
-
-// SetProcessMemoryLimit sets the runtime's soft memory limit to
-// SoftMemoryLimit(limit), unless limit is 0 or GOMEMLIMIT is set (the
-// runtime obeyed it already). It is process-wide: Start never calls it.
-func SetProcessMemoryLimit(limit int64) {
-	if l := SoftMemoryLimit(limit); l > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(l)
-	}
-}
 
 func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 

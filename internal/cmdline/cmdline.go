@@ -7,10 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/settdb/sett/embed"
 )
 
 // OneArg returns the command's one argument, or an error saying usage
@@ -99,4 +103,14 @@ func SplitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// SetMemoryLimit sets the runtime's soft memory limit for a process held
+// to limit bytes (embed.SoftMemoryLimit), unless limit is 0 or GOMEMLIMIT
+// is set, which the runtime obeyed already. The environment is the
+// command's to read, never embed's.
+func SetMemoryLimit(limit int64) {
+	if l := embed.SoftMemoryLimit(limit); l > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(l)
+	}
 }
