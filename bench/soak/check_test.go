@@ -116,3 +116,35 @@ func TestWatcherFails(t *testing.T) {
 		}
 	}
 }
+
+// A fault's check of the revisions held must not depend on where in the
+// compaction cycle the samples on each side fall, and must still fail
+// when compaction stops keeping up after the fault.
+func TestFaultCheckRevisionsHeld(t *testing.T) {
+	// 39 samples 3 s apart; the revisions held climb from 1,000 to
+	// 4,000 over each 20 s compaction cycle and drop back at its end. The
+	// last sample before the fault is just after a compaction, the
+	// run's last just before one.
+	sawtooth := func(grow bool) *run {
+		r := flatRun()
+		r.cfg.faults = true
+		r.samples = r.samples[:39]
+		r.faults = []fault{{kind: "kill", at: 22 * time.Second, took: time.Second}}
+		for i := range r.samples {
+			s := &r.samples[i]
+			held := 1000 + 500*int64(s.at%r.cfg.compactEvery/r.cfg.sampleEvery)
+			if grow && s.at > 23*time.Second {
+				held += int64(s.at/time.Second) * 100
+			}
+			s.oldest = s.head - held
+		}
+		r.cfg.duration = r.samples[len(r.samples)-1].at + time.Second
+		return r
+	}
+	if p := sawtooth(false).check(); len(p) != 0 {
+		t.Fatalf("a steady saw-tooth fails: %v", p)
+	}
+	if p := strings.Join(sawtooth(true).check(), "\n"); !strings.Contains(p, "revisions held peaked") {
+		t.Errorf("revisions held growing after a fault pass: %s", p)
+	}
+}

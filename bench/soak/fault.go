@@ -209,6 +209,18 @@ const steadySamples = 5
 
 func lastN(ss []sample, n int) []sample { return ss[max(0, len(ss)-n):] }
 
+// peakSince is the largest of get over the samples taken from since on,
+// or over the last sample if none was.
+func peakSince(ss []sample, since time.Duration, get func(sample) float64) float64 {
+	peak := get(ss[len(ss)-1])
+	for _, s := range ss {
+		if s.at >= since {
+			peak = max(peak, get(s))
+		}
+	}
+	return peak
+}
+
 func meanOf(ss []sample, get func(sample) float64) float64 {
 	var sum float64
 	for _, s := range ss {
@@ -218,9 +230,9 @@ func meanOf(ss []sample, get func(sample) float64) float64 {
 }
 
 // checkFaults requires every fault to have succeeded, its history to be
-// linearizable, and the figures and the revisions held, by the last
-// sample before the next fault, to be back within the growth margins of
-// the sample before it.
+// linearizable, and the figures and the revisions held, before the next
+// fault, to be back within the growth margins of what they were before
+// it.
 func (r *run) checkFaults() []string {
 	var problems []string
 	for i, f := range r.faults {
@@ -267,14 +279,18 @@ func (r *run) checkFaults() []string {
 			}
 		}
 		// The revisions held rise between compactions and drop at each,
-		// so a mean over a few samples depends on where in that cycle
-		// they fall: they are judged, as before, by the last sample on
-		// each side.
+		// so one sample, or a mean of a few, depends on where in that
+		// cycle it falls. Each side is judged by its peak over the
+		// cycle before the fault and the one before the next. The
+		// window is a sample short of a cycle: a whole one may take in
+		// a sample from before the compaction that starts it, which is
+		// a cycle further back (a burst's revisions, after a fault).
 		held := func(s sample) float64 { return float64(s.head - s.oldest) }
-		x, y := before[len(before)-1], after[len(after)-1]
-		if hb, ha := held(x), held(y); ha > hb*(1+heldRel)+heldAbs {
-			problems = append(problems, fmt.Sprintf("%s: revisions held was %.0f before it and still %.0f at %v, past %.0f",
-				name, hb, ha, y.at.Round(time.Second), hb*(1+heldRel)+heldAbs))
+		cycle := max(r.cfg.compactEvery-r.cfg.sampleEvery, r.cfg.sampleEvery)
+		hb, ha := peakSince(before, f.at-cycle, held), peakSince(after, end-cycle, held)
+		if limit := hb*(1+heldRel) + heldAbs; ha > limit {
+			problems = append(problems, fmt.Sprintf("%s: revisions held peaked at %.0f in the compaction cycle before it and at %.0f in the one before %v, past %.0f",
+				name, hb, ha, end.Round(time.Second), limit))
 		}
 	}
 	return problems
