@@ -43,6 +43,27 @@ func TestChain(t *testing.T) {
 	if _, err := planFor(l, Point{Revision: 45}, "s3://b/", nil); !errors.Is(err, ErrGap) {
 		t.Fatalf("plan past the gap: %v", err)
 	}
+
+	// A deposed leader's late delta (101-150) beside the new leader's,
+	// cut otherwise (101-120, 121-160), and the old leader's next one
+	// (151-170): the chain goes the way that reaches furthest, not
+	// down the longest first step, which would stop at 150.
+	l = listing{
+		fulls: []full{{name: fullName(100), rev: 100}},
+		deltas: []delta{
+			{name: deltaName(101, 120), first: 101, last: 120},
+			{name: deltaName(101, 150), first: 101, last: 150},
+			{name: deltaName(121, 160), first: 121, last: 160},
+			{name: deltaName(161, 180), first: 161, last: 180},
+		},
+	}
+	if chain, reach := l.chain(100); reach != 180 || len(chain) != 3 || chain[0].last != 120 {
+		t.Fatalf("chain through overlapping deltas: %v reaching %d, want 101-120, 121-160, 161-180", chain, reach)
+	}
+	l.deltas = append(l.deltas, delta{name: deltaName(151, 190), first: 151, last: 190})
+	if chain, reach := l.chain(100); reach != 190 || len(chain) != 2 || chain[0].last != 150 {
+		t.Fatalf("chain through the old leader's deltas: %v reaching %d, want 101-150, 151-190", chain, reach)
+	}
 }
 
 // TestNames: the listing reads back the names the shipper gives, and

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -121,25 +122,65 @@ func (l listing) newest() int64 {
 	return n
 }
 
+// newestName is the object holding the newest revision the bucket
+// holds (the full snapshot at it, or a delta ending there), "" if none.
+func (l listing) newestName() string {
+	n := l.newest()
+	if len(l.fulls) > 0 && l.fulls[len(l.fulls)-1].rev == n {
+		return l.fulls[len(l.fulls)-1].name
+	}
+	for _, d := range l.deltas {
+		if d.last == n {
+			return d.name
+		}
+	}
+	return ""
+}
+
 // chain returns the deltas that follow a full snapshot at rev, in
 // order, as far as they go without a missing revision, and the last
-// revision they reach. Where two deltas start at the same revision (a
-// segment shipped again after an upload whose answer was lost) the
-// longer one is taken.
+// revision they reach. Of the ways through the deltas it takes the one
+// that reaches furthest, and of those, at each step, the longer delta.
+//
+// A bucket may hold deltas that overlap without starting alike: a
+// segment shipped again after an upload whose answer was lost (same
+// start, further end), or, in a cluster, a deposed leader's late upload
+// of revisions the new leader shipped cut differently (101-150 beside
+// 101-120 and 121-160). Every delta of a revision range carries the same
+// committed history, so any way through them restores the same store;
+// taking the longest delta at each step instead could end at 150 and
+// refuse a restore the bucket can serve.
 func (l listing) chain(rev int64) ([]delta, int64) {
-	var out []delta
-	for {
-		var next *delta
-		for i := range l.deltas {
-			d := &l.deltas[i]
-			if d.first == rev+1 && (next == nil || d.last > next.last) {
-				next = d
+	// reach[i] is how far a chain starting with deltas[i] goes, next[i]
+	// the delta it goes on with (-1: none). A delta's successor starts
+	// after it does, so they are worked out from the last start back.
+	starts := make(map[int64][]int, len(l.deltas))
+	for i, d := range l.deltas {
+		starts[d.first] = append(starts[d.first], i)
+	}
+	reach := make([]int64, len(l.deltas))
+	next := make([]int, len(l.deltas))
+	best := func(after int64) (int, int64) {
+		pick, far := -1, after
+		for _, j := range starts[after+1] {
+			if reach[j] > far || reach[j] == far && pick >= 0 && l.deltas[j].last > l.deltas[pick].last {
+				pick, far = j, reach[j]
 			}
 		}
-		if next == nil {
-			return out, rev
-		}
-		out = append(out, *next)
-		rev = next.last
+		return pick, far
 	}
+	order := make([]int, len(l.deltas))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(l.deltas[b].first, l.deltas[a].first) })
+	for _, i := range order {
+		next[i], reach[i] = best(l.deltas[i].last)
+	}
+	var out []delta
+	i, far := best(rev)
+	for ; i >= 0; i = next[i] {
+		out = append(out, l.deltas[i])
+	}
+	return out, far
 }

@@ -31,7 +31,8 @@ type Options struct {
 	// Retention is how many full snapshots the bucket keeps, with the
 	// deltas that follow the oldest of them (--backup-retention; 0: all).
 	Retention int
-	// Writer names this server in the bucket's lock.
+	// Writer names this server in the bucket's lock. A member of a
+	// cluster sets Cluster; Role sets Epoch for each term it leads.
 	Writer Writer
 	// Scratch is a directory for full snapshots on their way up.
 	Scratch string
@@ -56,6 +57,9 @@ type Shipper struct {
 	opts    Options
 	log     *slog.Logger
 	metrics metrics
+	// term is the leadership a cluster's leader ships under (see Role),
+	// nil for a single server.
+	term Term
 
 	// Only the shipping goroutine uses these.
 	shipped  int64     // newest revision the bucket holds
@@ -68,6 +72,10 @@ type Shipper struct {
 
 // NewShipper returns a shipper of store to bucket; Start starts it.
 func NewShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options) *Shipper {
+	return newShipper(store, bucket, opts, newMetrics())
+}
+
+func newShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options, m metrics) *Shipper {
 	if opts.FullInterval <= 0 {
 		opts.FullInterval = time.Hour
 	}
@@ -77,7 +85,7 @@ func NewShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options) *Shipp
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Shipper{store: store, bucket: bucket, opts: opts, log: opts.Log, metrics: newMetrics()}
+	return &Shipper{store: store, bucket: bucket, opts: opts, log: opts.Log, metrics: m}
 }
 
 // lockTTL is how long the lock holds without renewal: long enough that
@@ -90,19 +98,34 @@ func (s *Shipper) lockTTL() time.Duration { return max(5*s.opts.Interval, 10*tim
 // and releases the lock. A bucket that another server ships to, or that
 // holds revisions past the store's, is refused.
 func (s *Shipper) Start(ctx context.Context) (wait func(), err error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(ctx, ctx)
+	}()
+	return func() { <-done }, nil
+}
+
+// begin takes the lock and reads where the backup stands: the newest
+// revision the bucket holds, its commit time and the newest full
+// snapshot's. Shipping resumes from there, whoever shipped before.
+func (s *Shipper) begin(ctx context.Context) error {
 	s.started = time.Now()
 	if err := lock(ctx, s.bucket, s.opts.Writer, s.lockTTL(), s.started); err != nil {
-		return nil, err
+		return err
 	}
 	l, err := list(ctx, s.bucket)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	warnForeign(s.log, s.bucket, l.foreign)
 	s.shipped = l.newest()
 	rev := s.store.Rev()
 	if s.shipped > rev {
-		return nil, fmt.Errorf("%w: %s holds revisions up to %d, the store is at %d; restore from it, or use another --snapshot-s3-folder",
+		return fmt.Errorf("%w: %s holds revisions up to %d, the store is at %d; restore from it, or use another --snapshot-s3-folder",
 			ErrBucketAhead, s.bucket.Path(Root), s.shipped, rev)
 	}
 	s.needFull = len(l.fulls) == 0
@@ -115,14 +138,22 @@ func (s *Shipper) Start(ctx context.Context) (wait func(), err error) {
 		}
 		s.metrics.lastFull.Set(float64(s.lastFull.Unix()))
 	}
+	// Times go on from the newest the bucket holds, whatever this
+	// host's clock says: a new leader's clock may run behind the old
+	// one's, and a restart's behind its own before.
+	s.lastTime = time.Time{}
+	if name := l.newestName(); name != "" {
+		t, err := commitTime(ctx, s.bucket, name)
+		if err != nil {
+			s.log.Warn("continuous backup: the newest object's commit time is unknown; times go on from this host's clock", "error", err)
+		}
+		s.lastTime = t
+	}
+	s.metrics.shipped.Set(float64(s.shipped))
 	s.log.Info("continuous backup", "bucket", s.bucket.Path(Root), "interval", s.opts.Interval,
-		"full_interval", s.opts.FullInterval, "retention", s.opts.Retention, "bucket_revision", s.shipped, "revision", rev)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.run(ctx)
-	}()
-	return func() { <-done }, nil
+		"full_interval", s.opts.FullInterval, "retention", s.opts.Retention, "bucket_revision", s.shipped, "revision", rev,
+		"writer", s.opts.Writer.String())
+	return nil
 }
 
 func warnForeign(log *slog.Logger, b *snapshot.Bucket, names []string) {
@@ -131,9 +162,10 @@ func warnForeign(log *slog.Logger, b *snapshot.Bucket, names []string) {
 	}
 }
 
-// run ships until ctx ends, then ships what is left, briefly, and
-// releases the lock.
-func (s *Shipper) run(ctx context.Context) {
+// run ships until ctx ends, with uploads and the lock's renewals on up.
+// A single server then ships what is left, briefly, and releases the
+// lock; a cluster's leader does neither (see Role).
+func (s *Shipper) run(ctx, up context.Context) {
 	poll := min(max(s.opts.Interval/10, 10*time.Millisecond), 250*time.Millisecond)
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
@@ -143,6 +175,9 @@ func (s *Shipper) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			if s.term != nil {
+				return
+			}
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			if err := s.ship(fctx, false); err != nil {
 				s.log.Warn("continuous backup: last upload at stop failed", "error", err, "lag_revisions", s.store.Rev()-s.shipped)
@@ -166,7 +201,12 @@ func (s *Shipper) run(ctx context.Context) {
 		rev := s.store.Rev()
 		due := rev > s.shipped && (now.Sub(s.commitTime(s.shipped+1)) >= s.opts.Interval/2 || rev-s.shipped >= 10_000)
 		if due || fullDue {
-			if err := s.ship(ctx, fullDue); err != nil {
+			if err := s.ship(up, fullDue); errors.Is(err, errNotHeld) {
+				continue // a renewal is late, or the term is over and Follow is coming
+			} else if err != nil {
+				if s.term != nil && ctx.Err() != nil {
+					return // an upload cut off by Follow
+				}
 				s.failed(err, &retryAt, &backoff)
 				continue
 			}
@@ -176,8 +216,12 @@ func (s *Shipper) run(ctx context.Context) {
 		// The lock is renewed four times in its lifetime: often enough
 		// that a slow renewal does not lose it, seldom enough to cost
 		// the bucket little.
-		if time.Since(lastLock) >= max(s.opts.Interval, s.lockTTL()/4) {
-			if err := lock(ctx, s.bucket, s.opts.Writer, s.lockTTL(), time.Now()); err != nil {
+		if time.Since(lastLock) >= max(s.opts.Interval, s.lockTTL()/4) && s.mayWrite() == nil {
+			if err := lock(up, s.bucket, s.opts.Writer, s.lockTTL(), time.Now()); err != nil {
+				if errors.Is(err, ErrSuperseded) {
+					s.log.Info("continuous backup stopped: a newer leader ships", "error", err)
+					return
+				}
 				if errors.Is(err, ErrLocked) {
 					s.log.Error("continuous backup stopped: the bucket folder was taken over", "error", err)
 					return
@@ -214,13 +258,33 @@ func (s *Shipper) updateLag(now time.Time) {
 }
 
 // commitTime is when rev was committed, if the store still remembers;
-// else the time the shipper started for a revision committed before it
-// did, or now.
+// else the time the shipper started, which is later than the commit of
+// every revision the store does not remember: one committed before this
+// process opened the store, or, in a cluster, by another member before
+// this one began to lead (this member's store saw those only from the
+// change log, and never timed them). The shippers clamp times so they
+// never go backwards along the chain.
 func (s *Shipper) commitTime(rev int64) time.Time {
 	if t, ok := s.store.CommitTime(rev); ok {
 		return t
 	}
 	return s.started
+}
+
+// errNotHeld is a cluster leader's finding, before a step that writes
+// to the bucket, that its term does not hold (see Term.Held): it skips
+// the step, and stops once told to follow.
+var errNotHeld = errors.New("backup: this member's term does not hold")
+
+// mayWrite is checked before every step that writes to the bucket: a
+// cluster's leader writes only while its term holds. A deposed leader
+// may still have passed it just before the new leader began; what it
+// can do then is harmless (see Role).
+func (s *Shipper) mayWrite() error {
+	if s.term != nil && !s.term.Held() {
+		return errNotHeld
+	}
+	return nil
 }
 
 // ship uploads the revisions the bucket lacks as deltas and, if full,
@@ -272,6 +336,10 @@ func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
 			return err
 		}
 		name := deltaName(info.From+1, info.To)
+		if err := s.mayWrite(); err != nil {
+			s.lastTime = prev
+			return err
+		}
 		if err := s.bucket.Put(ctx, name, data, map[string]string{
 			metaFirstTime: times[0].UTC().Format(time.RFC3339Nano),
 			metaLastTime:  times[len(times)-1].UTC().Format(time.RFC3339Nano),
@@ -316,6 +384,9 @@ func (s *Shipper) shipFull(ctx context.Context) error {
 		at = s.lastTime
 	}
 	name := fullName(info.Revision)
+	if err := s.mayWrite(); err != nil {
+		return err
+	}
 	size, err := uploadFull(ctx, s.bucket, b, name, s.opts.Scratch, at)
 	if err != nil {
 		return err
@@ -327,15 +398,49 @@ func (s *Shipper) shipFull(ctx context.Context) error {
 	s.metrics.lastFull.Set(float64(s.lastFull.Unix()))
 	s.metrics.shipped.Set(float64(s.shipped))
 	s.log.Info("continuous backup: full snapshot uploaded", "name", s.bucket.Path(name), "revision", info.Revision, "bytes", size)
-	if s.opts.Retention > 0 {
-		gone, err := Prune(ctx, s.bucket, s.opts.Retention)
-		if err != nil {
-			s.log.Warn("continuous backup: pruning old snapshots failed", "error", err)
-		} else if len(gone) > 0 {
-			s.log.Info("continuous backup: pruned", "objects", len(gone))
-		}
-	}
+	s.prune(ctx)
 	return nil
+}
+
+// prune deletes what retention no longer keeps. Unlike an upload, a
+// deletion by a writer that no longer ships here is not harmless (it
+// may hold another retention, or a listing the new writer has moved
+// past), so it prunes only while its term holds and the lock still
+// names it; the next writer's next full snapshot prunes otherwise.
+func (s *Shipper) prune(ctx context.Context) {
+	if s.opts.Retention <= 0 {
+		return
+	}
+	if err := s.owns(ctx); err != nil {
+		s.log.Info("continuous backup: not pruning", "reason", err)
+		return
+	}
+	gone, err := Prune(ctx, s.bucket, s.opts.Retention)
+	if err != nil {
+		s.log.Warn("continuous backup: pruning old snapshots failed", "error", err)
+	} else if len(gone) > 0 {
+		s.log.Info("continuous backup: pruned", "objects", len(gone))
+	}
+}
+
+// owns returns nil if the shipper may delete from the bucket: it may
+// write (mayWrite), and the lock names its writer.
+func (s *Shipper) owns(ctx context.Context) error {
+	if err := s.mayWrite(); err != nil {
+		return err
+	}
+	held, ok, err := readLock(ctx, s.bucket)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: %s is gone", ErrLocked, s.bucket.Path(lockName))
+	case held.same(s.opts.Writer):
+		return nil
+	case held.Cluster != "" && held.Cluster == s.opts.Writer.Cluster && held.Epoch > s.opts.Writer.Epoch:
+		return fmt.Errorf("%w: %s holds the lock", ErrSuperseded, held)
+	}
+	return fmt.Errorf("%w: %s holds the lock", ErrLocked, held)
 }
 
 // uploadFull writes the backup b as a compressed snapshot file in
@@ -410,7 +515,8 @@ func newMetrics() metrics {
 }
 
 // Collectors are the shipper's metrics.
-func (s *Shipper) Collectors() []prometheus.Collector {
-	m := s.metrics
+func (s *Shipper) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+
+func (m metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.lagRevisions, m.lagSeconds, m.lastFull, m.lastDelta, m.shipped, m.bytes, m.objects, m.failures}
 }

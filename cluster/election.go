@@ -58,7 +58,7 @@ var (
 )
 
 // Role is a part of a member that works only while the member leads:
-// the store's sequencer, lease expiry.
+// the store's sequencer, lease expiry, the continuous backup's shipper.
 type Role interface {
 	// Lead starts the role under the fence of a term just won. The
 	// member claims leadership only once every role has returned nil.

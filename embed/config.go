@@ -180,7 +180,7 @@ type Config struct {
 	// BackupInterval, when not zero, ships every committed revision to
 	// the SnapshotS3 bucket continuously, at most this long after its
 	// commit (--backup-interval), under <folder>/sett-backup/ (package
-	// backup). A full snapshot starts a new chain every
+	// backup); with TiKV, from whichever member leads. A full snapshot starts a new chain every
 	// BackupFullInterval (--backup-full-interval, 1h), and the bucket
 	// keeps BackupRetention of them (--backup-retention, 0: all).
 	BackupInterval     time.Duration
@@ -285,9 +285,6 @@ func (c Config) Validate() error {
 	}
 	if c.BackupInterval > 0 && c.SnapshotS3 == nil {
 		return errors.New("--backup-interval ships to a bucket, but --snapshot-s3 is not set")
-	}
-	if c.BackupInterval > 0 && c.Engine == "tikv" {
-		return errors.New("--backup-interval is refused with --engine tikv: continuous backup ships one store's revisions from its own disk; back TiKV up with its own tools (BR), or take scheduled snapshots")
 	}
 	if c.SnapshotScheduleCron != "" && c.SnapshotFormat != "sett" && c.SnapshotFormat != "etcd" {
 		return fmt.Errorf("--snapshot-format %q: want sett or etcd", c.SnapshotFormat)

@@ -151,21 +151,55 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	lessor := ttl.New(store, ttl.Options{Logger: log, Member: memberID, Follower: st.shared})
+	collectors := st.collectors
+	// The continuous backup: a single server ships from its start; a
+	// member of a cluster only while it leads, as a role of the election.
+	var shipper *backup.Shipper
+	var shipRole *backup.Role
+	if cfg.BackupInterval > 0 {
+		host, _ := os.Hostname()
+		opts := backup.Options{
+			Interval: cfg.BackupInterval, FullInterval: cfg.BackupFullInterval, Retention: cfg.BackupRetention,
+			Writer:  backup.Writer{Member: fmt.Sprintf("%x", memberID), Host: host, DataDir: dir},
+			Scratch: filepath.Join(dir, "tmp"), Log: log,
+		}
+		if st.shared {
+			// The cluster ID clients see, and TiKV's own: the token
+			// alone is no name for a store (its default is the same
+			// for every cluster).
+			opts.Writer.Cluster = fmt.Sprintf("%x@%s", server.TokenClusterID(cfg.InitialClusterToken), st.cluster)
+			shipRole = backup.NewRole(store, bucket, opts)
+			// Another store's backup in the folder is refused now, as
+			// a single server's is, not only once this member leads.
+			if err := shipRole.Check(ctx); err != nil {
+				return nil, err
+			}
+			collectors = append(collectors, shipRole.Collectors()...)
+		} else {
+			shipper = backup.NewShipper(store, bucket, opts)
+			collectors = append(collectors, shipper.Collectors()...)
+		}
+	}
 	var election *cluster.Election
 	if st.shared {
 		urls := cfg.AdvertiseClientURLs
 		if len(urls) == 0 {
 			urls = cfg.ListenClientURLs
 		}
+		// Led in order, followed in reverse: the shipper starts once the
+		// store leads (and knows the head), and stops first.
+		roles := []cluster.Role{store, lessor}
+		if shipRole != nil {
+			roles = append(roles, shipRole)
+		}
 		election = cluster.New(db, cluster.Options{ID: memberID, Name: cfg.Name, ClientURLs: urls,
-			Lease: cfg.ElectionLease, Logger: log}, store, lessor)
+			Lease: cfg.ElectionLease, Logger: log}, roles...)
 		// A member whose ID another live member has (both left on the
 		// default name, say) must not start.
 		if err := election.Join(ctx); err != nil {
 			return nil, err
 		}
 	}
-	collectors := st.collectors
 	var scheduler *snapshot.Scheduler
 	if cfg.SnapshotScheduleCron != "" {
 		snapDir := cfg.SnapshotDir
@@ -183,16 +217,6 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 		collectors = append(collectors, scheduler.Collectors()...)
-	}
-	var shipper *backup.Shipper
-	if cfg.BackupInterval > 0 {
-		host, _ := os.Hostname()
-		shipper = backup.NewShipper(store, bucket, backup.Options{
-			Interval: cfg.BackupInterval, FullInterval: cfg.BackupFullInterval, Retention: cfg.BackupRetention,
-			Writer:  backup.Writer{Member: fmt.Sprintf("%x", memberID), Host: host, DataDir: dir},
-			Scratch: filepath.Join(dir, "tmp"), Log: log,
-		})
-		collectors = append(collectors, shipper.Collectors()...)
 	}
 	scfg := server.Config{
 		Name:                 cfg.Name,

@@ -18,6 +18,7 @@ import (
 	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/internal/harness"
+	"github.com/settdb/sett/snapshot"
 )
 
 // testConfig is sett on a new data dir under t and a free port.
@@ -175,5 +176,11 @@ func TestValidate(t *testing.T) {
 	}
 	if err := embed.NewConfig().Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)
+	}
+	// A cluster's leader ships the continuous backup (issue 28).
+	cfg := embed.NewConfig()
+	cfg.Engine, cfg.BackupInterval, cfg.SnapshotS3 = "tikv", time.Second, &snapshot.S3{Bucket: "backups"}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("continuous backup with --engine tikv: %v", err)
 	}
 }

@@ -18,7 +18,11 @@ type storage struct {
 	// shared is set for an engine other sett members may use too (TiKV):
 	// the member then takes part in an election.
 	shared bool
-	close  func() error
+	// cluster names the shared engine's own cluster (TiKV's), "" for
+	// Badger: two sett clusters with one token on two TiKV clusters
+	// are two stores.
+	cluster string
+	close   func() error
 }
 
 // openStorage opens the engine --engine names: Badger in dir, or TiKV

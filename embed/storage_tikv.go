@@ -59,5 +59,5 @@ func openTiKV(endpoints string, log *slog.Logger) (*storage, error) {
 		}
 		return err
 	}
-	return &storage{eng: db, collectors: tikv.Collectors(), close: closeAll, shared: true}, nil
+	return &storage{eng: db, collectors: tikv.Collectors(), close: closeAll, shared: true, cluster: db.ClusterID()}, nil
 }

@@ -289,7 +289,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 			cfg.ClusterToken = "sett"
 		}
 		s.cfg.ClusterToken = cfg.ClusterToken
-		s.clusterID = hash64("cluster-token", cfg.ClusterToken)
+		s.clusterID = TokenClusterID(cfg.ClusterToken)
 		s.election, s.cluster = cfg.Cluster, cfg.Cluster
 		s.fwd = &forwarder{s: s}
 	}
@@ -347,6 +347,16 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 
 // MemberID is the member ID of a member named name.
 func MemberID(name string) uint64 { return hash64("member", name) }
+
+// TokenClusterID is the cluster ID the members of a cluster (several
+// members on one shared engine) report, from their cluster token ("":
+// the default, "sett").
+func TokenClusterID(token string) uint64 {
+	if token == "" {
+		token = "sett"
+	}
+	return hash64("cluster-token", token)
+}
 
 func hash64(parts ...string) uint64 {
 	h := fnv.New64a()

@@ -156,7 +156,8 @@ func restoreAndRead(t *testing.T, s3 *harness.S3, extra ...string) (string, int6
 	if out, errOut, code := runSett(t, restoreArgs(s3, dir, extra...)...); code != 0 {
 		t.Fatalf("restore %q: exit %d\n%s%s", extra, code, out, errOut)
 	}
-	r := startChild(t, dir, harness.FreeAddr(t))
+	// A restore builds a Badger data dir, whichever engine shipped.
+	r := startChild(t, dir, harness.FreeAddr(t), "--engine", "badger")
 	defer r.stop()
 	cli := harness.NewClient(t, r.addr)
 	defer cli.Close()
@@ -395,6 +396,11 @@ func TestBackupCompact(t *testing.T) {
 	var names []string
 	for obj := range s3.Client(t).ListObjects(harness.Context(t), "snaps", minio.ListObjectsOptions{Prefix: "node-a/sett-backup/", Recursive: true}) {
 		names = append(names, strings.TrimPrefix(obj.Key, "node-a/sett-backup/"))
+	}
+	if buildTags == "tikv" {
+		// A cluster's leader leaves the lock when it steps down, even
+		// at a clean stop: the next leader takes it over.
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "writer.lock" })
 	}
 	if !slices.Equal(names, []string{fmt.Sprintf("full/%020d.snap.zst", rev)}) {
 		t.Fatalf("after compact with retention 1 the bucket holds %q", names)

@@ -136,13 +136,13 @@ type child struct {
 
 // startChild runs sett on dir and addr, waits until it answers a read,
 // and stops it at the end of the test if it is still running.
-func startChild(t testing.TB, dir, addr string) *child {
+func startChild(t testing.TB, dir, addr string, extra ...string) *child {
 	t.Helper()
-	c := spawn(t, "serve",
+	c := spawn(t, append([]string{"serve",
 		"--data-dir", dir,
-		"--listen-client-urls", "http://"+addr,
+		"--listen-client-urls", "http://" + addr,
 		"--name", "default",
-		"--log-format", "json")
+		"--log-format", "json"}, extra...)...)
 	c.addr = addr
 	c.awaitListening()
 	cli := harness.NewClient(t, addr)

@@ -155,6 +155,17 @@ func (d *DB) Begin() (engine.Txn, error) {
 	return &txn{reader: reader{src: txnSource{tx}}, db: d, tx: tx, max: d.maxBytes}, nil
 }
 
+// ClusterID names the TiKV cluster the engine is on, the same for every
+// engine on it and across restarts: client-go's store UUID, "tikv-" and
+// PD's cluster ID; on the mock, its directory (client-go gives each
+// engine on the mock a random UUID).
+func (d *DB) ClusterID() string {
+	if d.mock != nil {
+		return "mock:" + d.mock.dir
+	}
+	return d.store.UUID()
+}
+
 // Close implements engine.Engine. It does not close a shared mock
 // cluster; its owner does.
 func (d *DB) Close() error {
