@@ -8,6 +8,10 @@
 // each, before the next workload starts; which goes first alternates from
 // workload to workload. Only one server runs at a time.
 //
+// The backup-* workloads (backup.go), sett's alone, also run versitygw,
+// a real S3 server, as a process of its own for sett's continuous backup
+// to ship to; they run only when -only names them (make bench-backup).
+//
 // See docs/BENCHMARKS.md for what each workload does.
 package main
 
@@ -52,6 +56,10 @@ type config struct {
 	leaseStretch    time.Duration // how long the renewals are measured
 	delayKeys       int           // workload 9: 1 KiB keys listed
 	delayFor        time.Duration // how long the writer writes
+	backupKeys      int           // backup-restore: keys in the first full snapshot
+	backupRevisions int           // backup-restore: revisions of updates shipped as deltas
+	lagRate         int           // backup-lag: writes a second
+	lagFor          time.Duration // backup-lag: how long they go on
 	only            string
 	servers         string
 	settFlags       string
@@ -78,18 +86,27 @@ type workload struct {
 	// noT4 leaves T4 out: the workload needs a flag T4 has no
 	// counterpart of.
 	noT4 bool
+	// optIn keeps the workload out of a run unless -only names it:
+	// it takes too long for every `make bench`.
+	optIn bool
 }
 
 var workloads = []workload{
-	{"1 mixed", (*bench).mixed, false, false},
-	{"2 restart", (*bench).restart, false, false},
-	{"3+4 count and list", (*bench).countAndList, false, false},
-	{"5 creates", (*bench).creates, false, false},
-	{"6 stalled watchers", (*bench).stalledWatchers, false, false},
-	{"7 mixed, memory limit", (*bench).mixedLimited, true, false},
-	{"8 leases", (*bench).leases, false, false},
+	{name: "1 mixed", run: (*bench).mixed},
+	{name: "2 restart", run: (*bench).restart},
+	{name: "3+4 count and list", run: (*bench).countAndList},
+	{name: "5 creates", run: (*bench).creates},
+	{name: "6 stalled watchers", run: (*bench).stalledWatchers},
+	{name: "7 mixed, memory limit", run: (*bench).mixedLimited, settOnly: true},
+	{name: "8 leases", run: (*bench).leases},
 	// T4 has no progress-notification interval to set.
-	{"9 watch delay under lists", (*bench).watchDelay, false, true},
+	{name: "9 watch delay under lists", run: (*bench).watchDelay, noT4: true},
+	// sett's continuous backup (issue 28), which the others do not
+	// have; `make bench-backup`. The names hold no digit, so that
+	// -only 1 still means workload 1 alone.
+	{name: "backup-cost", run: (*bench).backupCost, settOnly: true, optIn: true},
+	{name: "backup-lag", run: (*bench).backupLag, settOnly: true, optIn: true},
+	{name: "backup-restore", run: (*bench).backupRestore, settOnly: true, optIn: true},
 }
 
 func main() {
@@ -98,11 +115,12 @@ func main() {
 
 func run() int {
 	var cfg config
-	var settBin, etcdBin, t4Bin string
+	var settBin, etcdBin, t4Bin, s3Bin string
 	var scale float64
 	flag.StringVar(&settBin, "sett", "bin/sett", "the sett binary")
 	flag.StringVar(&etcdBin, "etcd", "bin/etcd", "the etcd binary")
 	flag.StringVar(&t4Bin, "t4", "bin/t4", "the T4 binary (a third server, with -servers etcd,sett,t4)")
+	flag.StringVar(&s3Bin, "versitygw", "bin/versitygw", "the versitygw binary, the S3 server of the backup workloads")
 	flag.Float64Var(&scale, "scale", 1, "multiply every request and key count by this (0.1 for a quick run)")
 	flag.IntVar(&cfg.mixedOps, "mixed-ops", 80_000, "operations in the mixed load (workloads 1 and 7)")
 	flag.IntVar(&cfg.mixedWorkers, "mixed-workers", 16, "concurrent clients of the mixed load")
@@ -125,7 +143,11 @@ func run() int {
 	flag.DurationVar(&cfg.leaseStretch, "lease-stretch", 30*time.Second, "how long the renewals are measured (workload 8)")
 	flag.IntVar(&cfg.delayKeys, "delay-keys", 5_000, "1 KiB keys the listers of workload 9 list")
 	flag.DurationVar(&cfg.delayFor, "delay-for", 10*time.Second, "how long workload 9's writer writes, one put every 100 ms")
-	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words")
+	flag.IntVar(&cfg.backupKeys, "backup-keys", 200_000, "100-byte keys in backup-restore's first full snapshot")
+	flag.IntVar(&cfg.backupRevisions, "backup-revisions", 1_000_000, "revisions of updates over those keys that backup-restore ships as deltas")
+	flag.IntVar(&cfg.lagRate, "backup-lag-rate", 1_000, "1 KiB writes a second in backup-lag (not scaled)")
+	flag.DurationVar(&cfg.lagFor, "backup-lag-for", time.Minute, "how long backup-lag writes (scaled, at least 5s)")
+	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words; the backup-* workloads run only when named (-only backup)")
 	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated, of etcd, sett and t4")
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
 	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
@@ -133,9 +155,9 @@ func run() int {
 	flag.Parse()
 	cfg.scaleBy(scale)
 
-	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin, "t4": t4Bin}}
+	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin, "t4": t4Bin, "versitygw": s3Bin}}
 	for kind, bin := range b.bins {
-		if !cfg.runs(kind) {
+		if !cfg.runs(kind) && (kind != "versitygw" || !cfg.needsS3()) {
 			continue
 		}
 		if _, err := exec.LookPath(bin); err != nil {
@@ -177,7 +199,7 @@ func run() int {
 	b.res.loadStart = loadAverage()
 	fmt.Printf("load average at start: %s\n", b.res.loadStart)
 	for i, w := range workloads {
-		if !cfg.selected(w.name) {
+		if !cfg.selected(w) {
 			continue
 		}
 		// Each workload starts with another server, so none always
@@ -240,9 +262,12 @@ func (b *bench) runOne(ctx context.Context, w workload, kind string) error {
 // scaleBy multiplies every count (not the repetitions or the watcher
 // count) by f, keeping each at least 1.
 func (c *config) scaleBy(f float64) {
-	for _, n := range []*int{&c.mixedOps, &c.restartKeys, &c.countKeys, &c.createsMany, &c.createsOne, &c.updates, &c.gets, &c.watchEvents, &c.leases, &c.delayKeys} {
+	for _, n := range []*int{&c.mixedOps, &c.restartKeys, &c.countKeys, &c.createsMany, &c.createsOne, &c.updates, &c.gets, &c.watchEvents, &c.leases, &c.delayKeys, &c.backupKeys, &c.backupRevisions} {
 		*n = max(1, int(float64(*n)*f))
 	}
+	// backup-lag's rate is what it measures at, so its length shrinks
+	// instead; a few seconds still hold several uploads.
+	c.lagFor = max(5*time.Second, time.Duration(float64(c.lagFor)*f))
 }
 
 // runs reports whether -servers names kind.
@@ -250,12 +275,24 @@ func (c *config) runs(kind string) bool {
 	return slices.Contains(strings.Split(c.servers, ","), kind)
 }
 
-func (c *config) selected(name string) bool {
+// selected reports whether the run includes w: every workload but the
+// opt-in ones without -only, else those whose names -only matches.
+func (c *config) selected(w workload) bool {
 	if c.only == "" {
-		return true
+		return !w.optIn
 	}
-	for _, w := range strings.Split(c.only, ",") {
-		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
+	for _, word := range strings.Split(c.only, ",") {
+		if word = strings.TrimSpace(word); word != "" && strings.Contains(w.name, word) {
+			return true
+		}
+	}
+	return false
+}
+
+// needsS3 reports whether a selected workload runs versitygw.
+func (c *config) needsS3() bool {
+	for _, w := range workloads {
+		if c.selected(w) && strings.HasPrefix(w.name, "backup-") && c.runs("sett") {
 			return true
 		}
 	}

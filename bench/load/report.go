@@ -38,6 +38,17 @@ func (r *results) get(workload, metric, unit string) *figure {
 	return f
 }
 
+// value is kind's value of a figure, if it was recorded.
+func (r *results) value(kind, workload, metric string) (float64, bool) {
+	for _, f := range r.figures {
+		if f.workload == workload && f.metric == metric {
+			v, ok := f.value[kind]
+			return v, ok
+		}
+	}
+	return 0, false
+}
+
 // set records kind's value of a figure and prints it at once, so that a
 // long run shows progress.
 func (r *results) set(kind, workload, metric, unit string, v float64) {

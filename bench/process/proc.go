@@ -3,7 +3,8 @@
 // and reads what the server alone uses from /proc: CPU, RSS, open files,
 // and the blocks its data dir takes. The process benchmark (bench/load)
 // and the soak (bench/soak) share it, so both measure a server the same
-// way.
+// way. It also runs versitygw, a real S3 server, as a process of its own
+// for sett's continuous backup to ship to (s3.go).
 package process
 
 import (

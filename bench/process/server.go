@@ -314,11 +314,16 @@ func (s *Server) CPU() time.Duration {
 
 // LogTail is the end of the server's log, to explain a failed start.
 func (s *Server) LogTail() string {
-	b, _ := os.ReadFile(s.Log)
+	return strings.TrimSpace(tail(s.Log))
+}
+
+// tail is the end of a log file, to explain a failed start.
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
-	return strings.TrimSpace(string(b))
+	return string(b)
 }
 
 // NewClient is the etcd client every workload uses. It may receive whole
