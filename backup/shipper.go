@@ -292,7 +292,11 @@ func (s *Shipper) mayWrite() error {
 func (s *Shipper) ship(ctx context.Context, full bool) error {
 	var err error
 	if !s.needFull || s.shipped > 0 {
-		err = s.shipDeltas(ctx, 0)
+		// Up to the revision at hand, not on to what is committed while
+		// the upload runs: under a steady load that would cut a small
+		// delta after every upload, many a second, each an object a
+		// restore reads. The rest waits for the next tick's due check.
+		err = s.shipDeltas(ctx, s.store.Rev())
 	}
 	if errors.Is(err, mvcc.ErrHistoryGone) {
 		s.log.Warn("continuous backup: revisions were compacted before they were shipped; a full snapshot follows, and the revisions between cannot be restored to",

@@ -131,3 +131,42 @@ func TestShipperFaults(t *testing.T) {
 		t.Fatalf("a store behind the bucket: %v", err)
 	}
 }
+
+// TestShipperCadence: under a writer that never pauses, a delta is cut
+// about every half interval, not after every upload: each delta is an
+// object a restore reads and a request S3 bills.
+func TestShipperCadence(t *testing.T) {
+	s3 := harness.StartS3(t, "backups")
+	bucket := openBucket(t, s3, s3.Endpoint)
+	store := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const interval = 200 * time.Millisecond
+	opts := Options{Interval: interval, Writer: Writer{Member: "1", Host: "h", DataDir: "a"}, Scratch: t.TempDir()}
+	wait, err := NewShipper(store, bucket, opts).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writing = 2 * time.Second
+	var rev int64
+	for start := time.Now(); time.Since(start) < writing; {
+		r, err := store.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("k%03d", rev%100)), Value: []byte("v")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	awaitBucket(t, bucket, rev)
+	l, err := list(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One delta every half interval while writing, one for the rest,
+	// and a few for the uploads' own time.
+	if limit := int(writing/(interval/2)) + 4; len(l.deltas) > limit {
+		t.Fatalf("%d deltas for %d revisions in %v of writes, more than %d", len(l.deltas), rev, writing, limit)
+	}
+	t.Logf("%d deltas for %d revisions", len(l.deltas), rev)
+	cancel()
+	wait()
+}
