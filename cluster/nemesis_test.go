@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
@@ -574,7 +573,7 @@ func (n *nemesis) run(d time.Duration) nemesisReport {
 			t.Fatalf("the last write failed for 30s: %v", err)
 		}
 	}
-	events, err := readLog(ctx, admin[n.members[0]], head)
+	events, err := lincheck.ReadLog(ctx, admin[n.members[0]], head)
 	if err != nil {
 		close(stopWatch)
 		watchers.Wait()
@@ -802,28 +801,4 @@ func watchAcross(ctx context.Context, clis []*clientv3.Client, w int, r *rand.Ra
 		cancel()
 		cur = (cur + 1 + r.IntN(len(clis)-1)) % len(clis)
 	}
-}
-
-// readLog reads every event from revision 1 to head with a watch.
-func readLog(ctx context.Context, cli *clientv3.Client, head int64) ([]*mvccpb.Event, error) {
-	// Long runs under the race detector have hundreds of thousands of
-	// events to read.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	var events []*mvccpb.Event
-	for resp := range cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(1)) {
-		if err := resp.Err(); err != nil {
-			return nil, err
-		}
-		for _, e := range resp.Events {
-			if e.Kv.ModRevision > head {
-				return events, nil
-			}
-			events = append(events, e)
-		}
-		if len(events) > 0 && events[len(events)-1].Kv.ModRevision == head {
-			return events, nil
-		}
-	}
-	return nil, fmt.Errorf("watch ended before revision %d: %w", head, wctx.Err())
 }

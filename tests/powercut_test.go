@@ -175,20 +175,9 @@ func checkPowerCutLog(t *testing.T, ctx context.Context, addr string, history *l
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []*mvccpb.Event
-	if head.Header.Revision > 1 {
-		for r := range cli.Watch(rctx, "", clientv3.WithPrefix(), clientv3.WithRev(1)) {
-			if r.Err() != nil {
-				t.Fatalf("read the log: %v", r.Err())
-			}
-			events = append(events, r.Events...)
-			if n := len(events); n > 0 && events[n-1].Kv.ModRevision >= head.Header.Revision {
-				break
-			}
-		}
-	}
-	if rctx.Err() != nil {
-		t.Fatalf("read the log to revision %d: %v", head.Header.Revision, rctx.Err())
+	events, err := lincheck.ReadLog(rctx, cli, head.Header.Revision)
+	if err != nil {
+		t.Fatalf("read the log to revision %d: %v", head.Header.Revision, err)
 	}
 	// The watcher has caught up once it has the head.
 	for deadline := time.Now().Add(30 * time.Second); stream.Next() <= head.Header.Revision && time.Now().Before(deadline); {

@@ -1,13 +1,16 @@
 package lincheck
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Log is every revision's events as the server holds them after a run
@@ -55,6 +58,34 @@ func (h *History) NewLog(events []*mvccpb.Event, head int64) (*Log, error) {
 		return nil, fmt.Errorf("log: ends at revision %d, head is %d", want-1, head)
 	}
 	return l, nil
+}
+
+// ReadLog reads the events of revisions 2 to head, as NewLog takes
+// them, with a watch from revision 1.
+func ReadLog(ctx context.Context, cli *clientv3.Client, head int64) ([]*mvccpb.Event, error) {
+	if head < 2 {
+		return nil, nil
+	}
+	// Long runs under the race detector have hundreds of thousands of
+	// events to read.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var events []*mvccpb.Event
+	for resp := range cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(1)) {
+		if err := resp.Err(); err != nil {
+			return nil, err
+		}
+		for _, e := range resp.Events {
+			if e.Kv.ModRevision > head {
+				return events, nil
+			}
+			events = append(events, e)
+		}
+		if len(events) > 0 && events[len(events)-1].Kv.ModRevision == head {
+			return events, nil
+		}
+	}
+	return nil, fmt.Errorf("watch ended before revision %d: %w", head, wctx.Err())
 }
 
 // Head returns the log's last revision.
