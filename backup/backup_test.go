@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // TestChain: the chain from a full snapshot follows the deltas revision
@@ -87,10 +89,14 @@ func TestNames(t *testing.T) {
 func TestSegment(t *testing.T) {
 	base := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	times := []time.Time{base, base.Add(time.Millisecond), base.Add(time.Millisecond), base.Add(time.Second)}
-	data, err := encodeSegment(100, times, []byte("the delta"))
+	enc, err := newSegmentEncoder()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The encoder is reused: a segment after a larger one holds only
+	// its own.
+	enc.encode(7, times[:1], bytes.Repeat([]byte("an earlier, longer delta "), 1000))
+	data := enc.encode(100, times, []byte("the delta"))
 	seg, err := decodeSegment(data)
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +122,29 @@ func TestSegment(t *testing.T) {
 		if got := seg.upTo(c.at); got != c.want {
 			t.Errorf("upTo(%s) = %d, want %d", c.at, got, c.want)
 		}
+	}
+	// Segments shipped before the encoder was kept were one zstd stream
+	// at the default level: a restore still reads them.
+	zr, err := zstd.NewReader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := zr.DecodeAll(data, nil)
+	zr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old bytes.Buffer
+	zw, err := zstd.NewWriter(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(raw)
+	zw.Close()
+	if seg, err := decodeSegment(old.Bytes()); err != nil || seg.first != 100 || len(seg.times) != 4 {
+		t.Fatalf("a default-level stream: %v", err)
+	} else {
+		seg.close()
 	}
 	if _, err := decodeSegment([]byte("not zstd")); err == nil {
 		t.Fatal("a damaged segment was read")

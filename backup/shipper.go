@@ -68,6 +68,8 @@ type Shipper struct {
 	fullRev  int64 // revision of the newest full snapshot in the bucket
 	needFull bool
 	started  time.Time
+	delta    bytes.Buffer    // the delta being shipped, kept for the next
+	enc      *segmentEncoder // made by the first shipDeltas
 }
 
 // NewShipper returns a shipper of store to bucket; Start starts it.
@@ -314,9 +316,22 @@ func (s *Shipper) ship(ctx context.Context, full bool) error {
 // shipDeltas ships the revisions after the bucket's newest, up to to
 // (0: the current revision), in segments.
 func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
+	if s.enc == nil {
+		enc, err := newSegmentEncoder()
+		if err != nil {
+			return err
+		}
+		s.enc = enc
+	}
+	defer func() {
+		s.enc.trim()
+		if s.delta.Cap() > keptBytes {
+			s.delta = bytes.Buffer{}
+		}
+	}()
 	for {
-		var buf bytes.Buffer
-		info, err := s.store.WriteDelta(&buf, s.shipped, to, s.opts.SegmentBytes)
+		s.delta.Reset()
+		info, err := s.store.WriteDelta(&s.delta, s.shipped, to, s.opts.SegmentBytes)
 		if err != nil {
 			return err
 		}
@@ -335,10 +350,7 @@ func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
 			times = append(times, t)
 			s.lastTime = t
 		}
-		data, err := encodeSegment(info.From+1, times, buf.Bytes())
-		if err != nil {
-			return err
-		}
+		data := s.enc.encode(info.From+1, times, s.delta.Bytes())
 		name := deltaName(info.From+1, info.To)
 		if err := s.mayWrite(); err != nil {
 			s.lastTime = prev
@@ -348,6 +360,7 @@ func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
 			metaFirstTime: times[0].UTC().Format(time.RFC3339Nano),
 			metaLastTime:  times[len(times)-1].UTC().Format(time.RFC3339Nano),
 		}); err != nil {
+			s.enc.release()
 			s.lastTime = prev // the segment will be cut again
 			return fmt.Errorf("upload %s: %w", name, err)
 		}

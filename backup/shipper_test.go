@@ -18,7 +18,7 @@ import (
 	"github.com/settdb/sett/snapshot"
 )
 
-func openStore(t *testing.T) *mvcc.Store {
+func openStore(t testing.TB) *mvcc.Store {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: log})
@@ -36,7 +36,7 @@ func openStore(t *testing.T) *mvcc.Store {
 	return s
 }
 
-func openBucket(t *testing.T, s3 *harness.S3, endpoint string) *snapshot.Bucket {
+func openBucket(t testing.TB, s3 *harness.S3, endpoint string) *snapshot.Bucket {
 	t.Helper()
 	b, err := snapshot.OpenBucket(harness.Context(t), snapshot.S3{Endpoint: "http://" + endpoint, Bucket: "backups",
 		Folder: "node", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Timeout: 5 * time.Second})

@@ -109,9 +109,22 @@ func writeDelta(r engine.Reader, w io.Writer, from, rev int64, applied uint64, m
 	}
 	// The revisions: walk the change log, and with each entry the
 	// object version it names. Stop at a revision boundary past
-	// maxBytes.
-	var revEntries []struct{ k, v []byte }
+	// maxBytes. They are encoded as they are read, into body, for the
+	// header before them holds To, known only at the end: in chunks,
+	// which a slice grown by append would copy over and over.
+	var body [][]byte
 	var written int64
+	add := func(k, v []byte) {
+		n := 2*binary.MaxVarintLen64 + len(k) + len(v)
+		if len(body) == 0 || cap(body[len(body)-1])-len(body[len(body)-1]) < n {
+			body = append(body, make([]byte, 0, max(n, deltaChunk)))
+		}
+		c := &body[len(body)-1]
+		l := len(*c)
+		*c = appendEntry(*c, k, v)
+		written += int64(len(*c) - l)
+		info.Entries++
+	}
 	if from < rev {
 		it := r.Iterate(logKey(from+1, 0), logKey(rev+1, 0), false)
 		last := from
@@ -136,9 +149,8 @@ func writeDelta(r engine.Reader, w io.Writer, from, rev int64, applied uint64, m
 				it.Close()
 				return info, fmt.Errorf("version of %q at %d: %w", raw, lrev, err)
 			}
-			lk := bytes.Clone(it.Key())
-			revEntries = append(revEntries, struct{ k, v []byte }{lk, bytes.Clone(raw)}, struct{ k, v []byte }{ok, bytes.Clone(obj)})
-			written += int64(len(lk) + len(raw) + len(ok) + len(obj))
+			add(it.Key(), raw)
+			add(ok, obj)
 			info.To = lrev
 		}
 		it.Close()
@@ -155,8 +167,8 @@ func writeDelta(r engine.Reader, w io.Writer, from, rev int64, applied uint64, m
 	if _, err := out.Write(buf); err != nil {
 		return info, err
 	}
-	for _, e := range revEntries {
-		if err := put(e.k, e.v); err != nil {
+	for _, c := range body {
+		if _, err := out.Write(c); err != nil {
 			return info, err
 		}
 	}
@@ -198,6 +210,19 @@ func writeDelta(r engine.Reader, w io.Writer, from, rev int64, applied uint64, m
 	}
 	info.Size = cw.n
 	return info, nil
+}
+
+// deltaChunk is the size of the chunks writeDelta holds a delta's
+// revisions in until it writes them.
+const deltaChunk = 256 << 10
+
+// appendEntry appends an entry of a delta: its key and value, each after
+// its length.
+func appendEntry(b, k, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(k)))
+	b = append(b, k...)
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
 }
 
 // ReadDelta reads a delta through, checks it and describes it.

@@ -26,7 +26,9 @@ type Object struct {
 }
 
 // Put uploads data as the object name with the user metadata meta, and
-// verifies the copy as Upload does.
+// verifies the copy as Upload does, except that an object of up to
+// 16 MiB is checked on arrival against its SHA-256, signed as the
+// request's payload hash, rather than against an MD5.
 func (b *Bucket) Put(ctx context.Context, name string, data []byte, meta map[string]string) error {
 	return b.put(ctx, name, bytes.NewReader(data), int64(len(data)), meta)
 }
@@ -45,6 +47,11 @@ func (b *Bucket) PutFile(ctx context.Context, name, path string, meta map[string
 	return b.put(ctx, name, f, fi.Size(), meta)
 }
 
+// singlePutBytes bounds the objects put sends in one request, signed
+// with their SHA-256; minio-go uploads larger ones in parts of this size
+// anyway.
+const singlePutBytes = 16 << 20
+
 func (b *Bucket) put(ctx context.Context, name string, r io.ReadSeeker, size int64, meta map[string]string) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
@@ -60,11 +67,20 @@ func (b *Bucket) put(ctx context.Context, name string, r io.ReadSeeker, size int
 		um[k] = v
 	}
 	key := b.key(name)
-	info, err := b.client.PutObject(ctx, b.cfg.Bucket, key, r, size, minio.PutObjectOptions{
-		ContentType:    "application/octet-stream",
-		UserMetadata:   um,
-		SendContentMd5: true,
-	})
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", UserMetadata: um}
+	var info minio.UploadInfo
+	if size <= singlePutBytes {
+		// The SHA-256 the object carries is also the payload hash
+		// SigV4 signs (X-Amz-Content-Sha256), which the server checks
+		// the body against as it arrives: the bytes are hashed once.
+		// Left to itself minio-go hashes them twice more on plain
+		// http, for Content-MD5 and for a streaming signature.
+		opts.DisableContentSha256 = true
+		info, err = minio.Core{Client: b.client}.PutObject(ctx, b.cfg.Bucket, key, r, size, "", sum, opts)
+	} else {
+		opts.SendContentMd5 = true
+		info, err = b.client.PutObject(ctx, b.cfg.Bucket, key, r, size, opts)
+	}
 	if err != nil {
 		cctx, cancel := cleanupContext(ctx)
 		b.client.RemoveIncompleteUpload(cctx, b.cfg.Bucket, key)

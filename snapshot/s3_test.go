@@ -219,3 +219,45 @@ func TestS3UploadCutOff(t *testing.T) {
 		t.Fatalf("after a whole upload: %+v", list)
 	}
 }
+
+// TestS3PutGarbled: an object whose bytes are changed on their way up,
+// sent in one request (checked against the SHA-256 it is signed with)
+// or in parts (each checked against its MD5), is refused by the server
+// and is not in the bucket; the same bytes go up whole once the
+// connection holds, and read back as they were.
+func TestS3PutGarbled(t *testing.T) {
+	s3 := harness.StartS3(t, "snaps")
+	proxy := harness.NewCut(t, s3.Endpoint)
+	b, err := openBucket(t, s3, proxy.Endpoint, func(c *snapshot.S3) { c.Timeout = 5 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := harness.Context(t)
+	// 17 MiB is past minio-go's 16 MiB part size: a multipart upload.
+	for _, size := range []int{1 << 20, 17 << 20} {
+		data := make([]byte, size)
+		rand.Read(data)
+		proxy.Garbling(true)
+		before := proxy.Garbled()
+		if err := b.Put(ctx, "object", data, nil); err == nil {
+			t.Fatalf("an upload of %d bytes garbled on the way succeeded", size)
+		}
+		if proxy.Garbled() == before {
+			t.Fatalf("the upload of %d bytes was not garbled", size)
+		}
+		if _, err := b.Stat(ctx, "object"); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after a garbled upload of %d bytes: %v", size, err)
+		}
+		proxy.Garbling(false)
+		if err := b.Put(ctx, "object", data, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Get(ctx, "object")
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes read back as %d (%v)", size, len(got), err)
+		}
+		if err := b.Remove(ctx, "object"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -143,12 +143,30 @@ func versitygwPath(t testing.TB) string {
 
 // Cut is an HTTP proxy in front of an S3 server that, while cutting,
 // closes the connection of every object upload after its first bytes,
-// as a network failing mid-upload does. Everything else passes.
+// as a network failing mid-upload does; while garbling, it flips a bit
+// of every upload's body instead, as a bad NIC or middlebox might.
+// Everything else passes.
 type Cut struct {
 	Endpoint string // host:port to give clients
 	mu       sync.Mutex
 	cutting  bool
 	cuts     int
+	garbling bool
+	garbled  int
+}
+
+// Garbling turns garbling on or off.
+func (c *Cut) Garbling(on bool) {
+	c.mu.Lock()
+	c.garbling = on
+	c.mu.Unlock()
+}
+
+// Garbled is how many uploads had a bit flipped so far.
+func (c *Cut) Garbled() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.garbled
 }
 
 // Cutting turns cutting on or off.
@@ -218,14 +236,27 @@ func (c *Cut) forward(in net.Conn, target string) {
 		}
 	}()
 	buf := make([]byte, 32<<10)
+	garble := false // an upload's headers went by, its body is to come
 	for {
 		n, err := in.Read(buf)
 		if n > 0 {
 			chunk := buf[:n]
+			body := 0 // where the body starts in chunk, if garble
 			c.mu.Lock()
-			cut := c.cutting && strings.HasPrefix(string(chunk), "PUT ") && !strings.Contains(string(chunk), "Content-Length: 0\r\n")
+			upload := strings.HasPrefix(string(chunk), "PUT ") && !strings.Contains(string(chunk), "Content-Length: 0\r\n")
+			cut := c.cutting && upload
 			if cut {
 				c.cuts++
+			}
+			if c.garbling && upload {
+				if head, _, ok := strings.Cut(string(chunk), "\r\n\r\n"); ok {
+					garble, body = true, len(head)+4
+				}
+			}
+			if garble && body < len(chunk) {
+				chunk[body] ^= 1
+				garble = false
+				c.garbled++
 			}
 			c.mu.Unlock()
 			if cut {
