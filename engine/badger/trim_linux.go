@@ -69,14 +69,23 @@ func mappedResident() (int64, bool) {
 // trimMapped pages out every shared mapping of a file in dir that was
 // not touched since the previous call, from each CPU in turn, then
 // clears the accessed bits so that the next call sees what is touched
-// in between. Where the kernel keeps no accessed bits for us (no smaps
-// or clear_refs), it pages out every mapping of a file in dir.
-func trimMapped(dir string) {
+// in between. If the files in use alone keep more than ceiling
+// resident, it pages them out too: the working set is read back from
+// disk, but the resident set stays bounded. Where the kernel keeps no
+// accessed bits for us (no smaps or clear_refs), it pages out every
+// mapping of a file in dir.
+func trimMapped(dir string, ceiling int64) {
 	ranges, all := coldRanges(dir)
 	if len(ranges) > 0 {
 		pageOutEverywhere(ranges)
 	}
-	if !all && clearAccessed() != nil {
+	if all {
+		return
+	}
+	if n, ok := mappedResident(); ok && n > ceiling {
+		pageOutEverywhere(mappedRanges(dir))
+	}
+	if clearAccessed() != nil {
 		// Without clearing, every file would look touched from now on.
 		pageOutEverywhere(mappedRanges(dir))
 	}

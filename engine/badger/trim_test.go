@@ -97,12 +97,12 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 	}
 	touch(hot)
 	touch(cold)
-	trimMapped(dir) // both were touched: it only starts watching
+	trimMapped(dir, 1<<40) // both were touched: it only starts watching
 	if resident(t, hot) == 0 || resident(t, cold) == 0 {
 		t.Fatal("a trim paged out a file touched since the one before")
 	}
 	touch(hot)
-	trimMapped(dir)
+	trimMapped(dir, 1<<40)
 	if n := resident(t, cold); n != 0 {
 		t.Errorf("the untouched file keeps %d KiB resident after a trim", n)
 	}
