@@ -40,7 +40,7 @@ func TestCheckFails(t *testing.T) {
 		{"RSS grew", func(i int, s *sample) { s.rss += float64(i) * (4 << 20) }},
 		{"Go heap in use grew", func(i int, s *sample) { s.heap += float64(i) * (2 << 20) }},
 		{"goroutines grew", func(i int, s *sample) { s.goroutines += 2 * float64(i) }},
-		{"open files grew", func(i int, s *sample) { s.files += float64(i) }},
+		{"open files grew", func(i int, s *sample) { s.files += 3 * float64(i) }},
 		{"data dir grew", func(i int, s *sample) { s.dataDir += float64(i) * (4 << 20) }},
 		{"compaction fell behind", func(i int, s *sample) { s.oldest = 1 + int64(i) }},
 		{"no compaction", func(i int, s *sample) { s.oldest = 1 }},

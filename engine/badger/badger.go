@@ -277,11 +277,13 @@ func Open(o Options) (*DB, error) {
 }
 
 // trim keeps the resident pages of the data files' mappings under limit,
-// looking every so often (a server: once a second). Paging out drops the
-// pages from the page cache too, so every trim makes the reads that
-// follow fault them back in from disk: for a server, looking four times
-// a second cost the mixed load 10-15% more CPU per request for no lower
-// peak (docs/BENCHMARKS.md). A bulk load, which writes and merges new
+// looking every so often (a server: once a second) and paging out the
+// files untouched since it last looked (see trimMapped); the files in
+// use only past twice the limit. Paging out drops the pages from the
+// page cache too, so a trim makes the reads that follow fault them back
+// in from disk: for a server, looking four times a second cost the
+// mixed load 10-15% more CPU per request for no lower peak
+// (docs/BENCHMARKS.md). A bulk load, which writes and merges new
 // tables through their mappings at hundreds of MiB a second, looks more
 // often (see OpenDir).
 func (d *DB) trim(limit int64, every time.Duration) {
@@ -306,7 +308,7 @@ func (d *DB) trim(limit int64, every time.Duration) {
 		case <-tick.C:
 		}
 		if n, ok := mappedResident(); ok && n > limit {
-			trimMapped(dir)
+			trimMapped(dir, 2*limit)
 		}
 	}
 }
@@ -511,6 +513,12 @@ func (r *reader) Iterate(start, end []byte, reverse bool) engine.Iterator {
 }
 
 func (r *reader) Close() { r.txn.Discard() }
+
+// PointReads implements engine.PointReader: a Get checks each level's
+// bloom filter and reads one table, a seek positions every table's
+// cursor; listing 300 churned keys took 1.7 ms by Get against 2.9 ms by
+// seeks (mvcc's BenchmarkRangeChurned).
+func (r *reader) PointReads() {}
 
 // boundingPrefix returns the longest prefix that every key in
 // [start, end) has: the prefix start and end share, one byte longer when

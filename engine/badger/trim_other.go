@@ -5,4 +5,4 @@ package badger
 // Elsewhere the resident pages of mapped files are left to the kernel.
 func mappedResident() (int64, bool) { return 0, false }
 
-func trimMapped(string) {}
+func trimMapped(string, int64) {}

@@ -3,10 +3,17 @@
 package badger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestTrimMapped: after a burst of writes has put tens of MiB of table
@@ -49,4 +56,82 @@ func TestTrimMapped(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestTrimKeepsTouchedFiles: a trim pages out the mapped files nobody
+// touched since the one before and leaves those in use resident, so a
+// steady reader does not read its working set back from disk after
+// every trim.
+func TestTrimKeepsTouchedFiles(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	mapFile := func(name string) []byte {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, bytes.Repeat([]byte{1}, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil { // clean pages: paging out drops them
+			t.Fatal(err)
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(m) })
+		return m
+	}
+	hot, cold := mapFile("hot.sst"), mapFile("cold.sst")
+	var sum int // read at the end, or the compiler drops the reads
+	touch := func(m []byte) {
+		for i := 0; i < len(m); i += 4096 {
+			sum += int(m[i])
+		}
+	}
+	touch(hot)
+	touch(cold)
+	trimMapped(dir, 1<<40) // both were touched: it only starts watching
+	if resident(t, hot) == 0 || resident(t, cold) == 0 {
+		t.Fatal("a trim paged out a file touched since the one before")
+	}
+	touch(hot)
+	trimMapped(dir, 1<<40)
+	if n := resident(t, cold); n != 0 {
+		t.Errorf("the untouched file keeps %d KiB resident after a trim", n)
+	}
+	if n := resident(t, hot); n < size>>10 {
+		t.Errorf("the file in use keeps %d KiB resident after a trim, want all %d", n, size>>10)
+	}
+	if sum == 0 {
+		t.Fatal("read nothing from the files")
+	}
+}
+
+// resident returns the KiB of m resident in this process (smaps' Rss).
+func resident(t *testing.T, m []byte) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skip("no /proc/self/smaps")
+	}
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&m[0])))
+	in := false
+	for line := range strings.Lines(string(b)) {
+		if isMappingLine(line) {
+			in = strings.HasPrefix(line, start)
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "Rss:"); ok && in {
+			return kilobytes(v)
+		}
+	}
+	t.Fatal("mapping not in smaps")
+	return 0
 }
