@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -39,9 +40,25 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	settBin = bin
+	noExitSleep()
 	code := m.Run()
 	cleanup()
 	os.Exit(code)
+}
+
+// noExitSleep sets atexit_sleep_ms=0 in $GORACE, which every child
+// inherits, unless $GORACE sets it already. A binary built with -race
+// sleeps a second before it exits, so that goroutines still running
+// after main returns have time to race; sett has stopped its own by then
+// (stop checks its log for DATA RACE all the same), and the tests here
+// stop or run it over a hundred times, a second each. Go's own tests
+// of the race detector run their programs so.
+func noExitSleep() {
+	opts := os.Getenv("GORACE")
+	if strings.Contains(opts, "atexit_sleep_ms") {
+		return
+	}
+	os.Setenv("GORACE", strings.TrimSpace(opts+" atexit_sleep_ms=0"))
 }
 
 // buildSett returns $SETT_BIN, or builds sett from this module into a
