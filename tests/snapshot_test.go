@@ -44,10 +44,12 @@ func runSettEnv(t *testing.T, env []string, args ...string) (stdout, stderr stri
 	case err != nil:
 		t.Fatalf("run sett %v: %v", args, err)
 	}
-	for _, bad := range []string{"WARNING: DATA RACE", "panic:"} {
-		if strings.Contains(e.String(), bad) {
-			t.Fatalf("sett %v: %s", args, e.String())
-		}
+	// Not yet "fatal error: ": restoring a truncated etcd snapshot with
+	// --skip-hash-check (TestEtcdSnapshotRefused) can die of SIGBUS in a
+	// goroutine bbolt starts as it opens the file (DB.freepages), which
+	// etcdsnap's recover does not reach; the exit is still an error.
+	if crashed(e.Bytes(), "WARNING: DATA RACE", "panic: ") != "" {
+		t.Fatalf("sett %v: %s", args, e.String())
 	}
 	return o.String(), e.String(), code
 }
