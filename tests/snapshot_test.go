@@ -323,6 +323,15 @@ func TestEtcdctlMaintenance(t *testing.T) {
 // and a defragment) against sett. Its verdicts on latency depend on the
 // machine, so the test requires only what does not: every request
 // succeeded, the rate was held, and the check cleaned up after itself.
+//
+// Its minute is mostly waiting, and it runs in parallel: after the
+// serial tests, beside the few others marked parallel for its sake
+// (TestMonitoring, TestImage, TestAdoptEtcdDataDir), which wait on
+// other processes under light loads of their own and assert nothing
+// on time. The rate it must hold, 150 puts a second from 50 clients,
+// leaves each put a third of a second; keep heavy loads (TestPowerCut,
+// the scheduled snapshots' writers) and tests with tight deadlines
+// (TestBackupRestoreToPoint's one interval) out of its way.
 func TestEtcdctlCheckPerf(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes a minute")
