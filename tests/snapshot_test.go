@@ -326,12 +326,13 @@ func TestEtcdctlMaintenance(t *testing.T) {
 //
 // Its minute is mostly waiting, and it runs in parallel: after the
 // serial tests, beside the few others marked parallel for its sake
-// (TestMonitoring, TestImage, TestAdoptEtcdDataDir), which wait on
-// other processes under light loads of their own and assert nothing
-// on time. The rate it must hold, 150 puts a second from 50 clients,
-// leaves each put a third of a second; keep heavy loads (TestPowerCut,
-// the scheduled snapshots' writers) and tests with tight deadlines
-// (TestBackupRestoreToPoint's one interval) out of its way.
+// (TestMonitoring, TestImage, TestAdoptEtcdDataDir, TestImportKine),
+// which wait on other processes under light loads of their own and
+// hold no deadline a slow machine could miss. The rate it must hold,
+// 150 puts a second from 50 clients, leaves each put a third of a
+// second; keep heavy loads (TestPowerCut, the scheduled snapshots'
+// writers) and tests with tight deadlines (TestBackupRestoreToPoint's
+// one interval) out of its way.
 func TestEtcdctlCheckPerf(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes a minute")
