@@ -123,6 +123,9 @@ func treeHash(t *testing.T, dir string) map[string]string {
 // users and roles and member and cluster IDs; the next write takes the
 // next revision; member/ is byte for byte what etcd left.
 func TestAdoptEtcdDataDir(t *testing.T) {
+	// A paced load on etcd, then reads: it runs beside
+	// TestEtcdctlCheckPerf (see there).
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "etcd")
 	peer := "http://" + harness.FreeAddr(t)
 	e := startEtcdProc(t, dir, peer)

@@ -194,6 +194,9 @@ func (img *ociImage) extract(t *testing.T, dir string) map[string]*tar.Header {
 // it serves under both its names, as sett and as etcd with the flags
 // of kubeadm's etcd static pod.
 func TestImage(t *testing.T) {
+	// Reads files and runs the image's own sett: it runs beside
+	// TestEtcdctlCheckPerf (see there).
+	t.Parallel()
 	img := readImage(t)
 	cfg := img.config.Config
 	if img.config.OS != "linux" {

@@ -42,10 +42,8 @@ func startKine(t *testing.T, endpoint string) *peerProc {
 // deletes as transactions on the key's mod revision, leases named by
 // their TTL, the compaction transaction on compact_rev_key, a
 // compaction) and some plain puts, and returns the revision it compacted
-// at.
-var kineLog string
-
-func kineLoad(t *testing.T, cli *clientv3.Client, longLease, shortLease int64) (compacted int64) {
+// at. A failed transaction shows kineLog, kine's log.
+func kineLoad(t *testing.T, cli *clientv3.Client, kineLog string, longLease, shortLease int64) (compacted int64) {
 	t.Helper()
 	ctx := harness.Context(t)
 	must := func(resp *clientv3.TxnResponse, err error) *clientv3.TxnResponse {
@@ -205,6 +203,9 @@ func fileSum(t *testing.T, path string) [32]byte {
 // keeps the last revision and the live keys. kine's database is not
 // written.
 func TestImportKine(t *testing.T) {
+	// Mostly waits for its short lease to expire: it runs beside
+	// TestEtcdctlCheckPerf (see there).
+	t.Parallel()
 	const longLease, shortLease = 3600, 8
 	dbPath := filepath.Join(t.TempDir(), "db", "state.db")
 	if err := os.MkdirAll(filepath.Dir(dbPath), 0o700); err != nil {
@@ -213,9 +214,8 @@ func TestImportKine(t *testing.T) {
 	// The parameters k3s gives kine: without a busy timeout kine's
 	// writes fail while its poller reads.
 	k := startKine(t, "sqlite://"+dbPath+"?_journal_mode=WAL&cache=shared&_busy_timeout=30000&_txlock=immediate")
-	kineLog = k.logf
 	kc := harness.NewClient(t, k.addr)
-	compacted := kineLoad(t, kc, longLease, shortLease)
+	compacted := kineLoad(t, kc, k.logf, longLease, shortLease)
 	ctx := harness.Context(t)
 	kineHistory, last := kineRevisions(t, kc, compacted)
 	if _, err := kc.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
@@ -395,9 +395,8 @@ func TestImportKinePostgres(t *testing.T) {
 	const longLease, shortLease = 3600, 600
 	endpoint := "postgres://postgres@" + startPostgres(t) + "/kubernetes?sslmode=disable"
 	k := startKine(t, endpoint)
-	kineLog = k.logf
 	kc := harness.NewClient(t, k.addr)
-	compacted := kineLoad(t, kc, longLease, shortLease)
+	compacted := kineLoad(t, kc, k.logf, longLease, shortLease)
 	ctx := harness.Context(t)
 	kineHistory, last := kineRevisions(t, kc, compacted)
 	kineEvents := eventLine(watchUntil(t, kc, "/registry/", compacted+1, last))

@@ -60,6 +60,9 @@ func TestAlertRules(t *testing.T) {
 // every alert returns data: a metric renamed, mislabelled or never
 // observed would leave a panel or an alert silently empty.
 func TestMonitoring(t *testing.T) {
+	// Mostly waits for scrapes, under a light load: it runs beside
+	// TestEtcdctlCheckPerf (see there).
+	t.Parallel()
 	prometheus := prometheusTool(t, "prometheus")
 	queries := dashboardQueries(t)
 	for _, expr := range alertExprs(t) {

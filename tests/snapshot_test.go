@@ -44,10 +44,12 @@ func runSettEnv(t *testing.T, env []string, args ...string) (stdout, stderr stri
 	case err != nil:
 		t.Fatalf("run sett %v: %v", args, err)
 	}
-	for _, bad := range []string{"WARNING: DATA RACE", "panic:"} {
-		if strings.Contains(e.String(), bad) {
-			t.Fatalf("sett %v: %s", args, e.String())
-		}
+	// Not yet "fatal error: ": restoring a truncated etcd snapshot with
+	// --skip-hash-check (TestEtcdSnapshotRefused) can die of SIGBUS in a
+	// goroutine bbolt starts as it opens the file (DB.freepages), which
+	// etcdsnap's recover does not reach; the exit is still an error.
+	if crashed(e.Bytes(), "WARNING: DATA RACE", "panic: ") != "" {
+		t.Fatalf("sett %v: %s", args, e.String())
 	}
 	return o.String(), e.String(), code
 }
@@ -321,6 +323,16 @@ func TestEtcdctlMaintenance(t *testing.T) {
 // and a defragment) against sett. Its verdicts on latency depend on the
 // machine, so the test requires only what does not: every request
 // succeeded, the rate was held, and the check cleaned up after itself.
+//
+// Its minute is mostly waiting, and it runs in parallel: after the
+// serial tests, beside the few others marked parallel for its sake
+// (TestMonitoring, TestImage, TestAdoptEtcdDataDir, TestImportKine),
+// which wait on other processes under light loads of their own and
+// hold no deadline a slow machine could miss. The rate it must hold,
+// 150 puts a second from 50 clients, leaves each put a third of a
+// second; keep heavy loads (TestPowerCut, the scheduled snapshots'
+// writers) and tests with tight deadlines (TestBackupRestoreToPoint's
+// one interval) out of its way.
 func TestEtcdctlCheckPerf(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes a minute")
