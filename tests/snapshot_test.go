@@ -44,11 +44,7 @@ func runSettEnv(t *testing.T, env []string, args ...string) (stdout, stderr stri
 	case err != nil:
 		t.Fatalf("run sett %v: %v", args, err)
 	}
-	// Not yet "fatal error: ": restoring a truncated etcd snapshot with
-	// --skip-hash-check (TestEtcdSnapshotRefused) can die of SIGBUS in a
-	// goroutine bbolt starts as it opens the file (DB.freepages), which
-	// etcdsnap's recover does not reach; the exit is still an error.
-	if crashed(e.Bytes(), "WARNING: DATA RACE", "panic: ") != "" {
+	if crashed(e.Bytes(), "WARNING: DATA RACE", "panic: ", "fatal error: ") != "" {
 		t.Fatalf("sett %v: %s", args, e.String())
 	}
 	return o.String(), e.String(), code

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -138,6 +139,9 @@ const lockWait = 2 * time.Second
 // open opens the bbolt database at path read-only and checks its
 // structure, as etcdutl does before trusting a file.
 func open(path string) (*bolt.DB, error) {
+	if err := checkSize(path); err != nil {
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: lockWait})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("%s: %w", path, ErrInUse)
@@ -165,6 +169,78 @@ func open(path string) (*bolt.DB, error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// checkSize refuses a file shorter than the pages its newest valid meta
+// page says it holds. bbolt maps the file and reads those pages from
+// goroutines of its own as it opens it, and a read past the end of a
+// mapped file is a SIGBUS that kills the process, which no recover
+// reaches: a truncated snapshot must be refused before bbolt sees it.
+func checkSize(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	var best *boltMeta
+	for _, off := range []int64{0, -1} {
+		if off < 0 {
+			if best == nil {
+				// The second meta page sits one page in; without a
+				// valid first one its size is bbolt's default.
+				off = 4096
+			} else {
+				off = int64(best.pageSize)
+			}
+		}
+		m, ok := readMeta(f, off)
+		if ok && (best == nil || m.txid > best.txid) {
+			best = &m
+		}
+	}
+	if best == nil {
+		return fmt.Errorf("%w: no valid bbolt meta page", ErrBadSnapshot)
+	}
+	if need := int64(best.pgid) * int64(best.pageSize); need > fi.Size() {
+		return fmt.Errorf("%w: truncated: its pages need %d bytes, the file has %d", ErrBadSnapshot, need, fi.Size())
+	}
+	return nil
+}
+
+// boltMeta is what checkSize reads of a bbolt meta page.
+type boltMeta struct {
+	pageSize uint32
+	pgid     uint64 // the pages the file holds (the high-water mark)
+	txid     uint64
+}
+
+// readMeta reads the meta page at off and reports whether it is valid:
+// bbolt's magic, version 2, and its FNV-64a checksum. The layout after
+// the 16-byte page header: magic, version, page size and flags (4 bytes
+// each), the root bucket (16), the freelist's page, the high-water mark
+// and the transaction ID (8 each), then the checksum of all of that.
+func readMeta(r io.ReaderAt, off int64) (boltMeta, bool) {
+	var b [80]byte
+	if _, err := r.ReadAt(b[:], off); err != nil {
+		return boltMeta{}, false
+	}
+	for _, order := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
+		if order.Uint32(b[16:]) != boltMagic || order.Uint32(b[20:]) != 2 {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write(b[16:72])
+		if h.Sum64() != order.Uint64(b[72:]) {
+			return boltMeta{}, false
+		}
+		m := boltMeta{pageSize: order.Uint32(b[24:]), pgid: order.Uint64(b[56:]), txid: order.Uint64(b[64:])}
+		return m, m.pageSize >= 512
+	}
+	return boltMeta{}, false
 }
 
 // guard turns a panic inside bbolt, which a damaged page can cause, into
