@@ -86,18 +86,6 @@ type Reader interface {
 	Iterate(start, end []byte, reverse bool) Iterator
 }
 
-// PointReader is a Reader whose Get of one key costs less than a Seek
-// of an open iterator: a local engine's, which finds a key through its
-// tables' bloom filters, where a seek positions a cursor in every table.
-// A reader that walks an index and reads the versions it names uses Get
-// on such a reader; on others (a remote engine, whose Get is a round
-// trip) it seeks the scan it has open.
-type PointReader interface {
-	Reader
-	// PointReads marks the reader; it does nothing.
-	PointReads()
-}
-
 // Snapshot is a consistent, read-only view.
 type Snapshot interface {
 	Reader
