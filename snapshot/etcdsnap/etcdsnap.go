@@ -186,23 +186,20 @@ func checkSize(path string) error {
 	if err != nil {
 		return err
 	}
-	var best *boltMeta
-	for _, off := range []int64{0, -1} {
-		if off < 0 {
-			if best == nil {
-				// The second meta page sits one page in; without a
-				// valid first one its size is bbolt's default.
-				off = 4096
-			} else {
-				off = int64(best.pageSize)
-			}
-		}
-		m, ok := readMeta(f, off)
-		if ok && (best == nil || m.txid > best.txid) {
-			best = &m
-		}
+	// bbolt writes its two meta pages in turn and trusts the valid one
+	// with the newer transaction. The second sits one page in; with the
+	// first damaged, its page size is bbolt's default.
+	first, ok := readMeta(f, 0)
+	off := int64(4096)
+	if ok {
+		off = int64(first.pageSize)
 	}
-	if best == nil {
+	second, ok2 := readMeta(f, off)
+	best := first
+	switch {
+	case ok2 && (!ok || second.txid > first.txid):
+		best = second
+	case !ok:
 		return fmt.Errorf("%w: no valid bbolt meta page", ErrBadSnapshot)
 	}
 	if need := int64(best.pgid) * int64(best.pageSize); need > fi.Size() {
