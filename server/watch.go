@@ -132,10 +132,12 @@ func (st *watchStream) serve() error {
 		case req.GetCancelRequest() != nil:
 			err = st.cancelWatch(req.GetCancelRequest().WatchId)
 		case req.GetProgressRequest() != nil:
+			// The pump answers: only between its steps can no event
+			// past the notification's revision be on its way.
 			st.mu.Lock()
 			st.progressWanted = true
 			st.mu.Unlock()
-			err = st.maybeProgress()
+			st.wake()
 		}
 		if err != nil {
 			return err
@@ -502,7 +504,8 @@ func (sw *streamWatcher) synced(head int64) bool {
 
 // maybeProgress answers a pending RequestProgress once every watcher of
 // the stream has sent all events up to the current revision, so the
-// notification never runs ahead of events on this stream.
+// notification never runs ahead of events on this stream. Only the pump
+// calls it, since only the pump sends events.
 func (st *watchStream) maybeProgress() error {
 	st.mu.Lock()
 	if !st.progressWanted {

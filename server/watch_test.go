@@ -296,6 +296,71 @@ func TestWatchProgressUnderWrites(t *testing.T) {
 	}
 }
 
+// TestWatchRequestProgressAfterEvents: a progress notification asked for
+// while writes go on never carries a revision below an event already
+// sent on the stream. The pump alone sends both: answered from the
+// goroutine that read the request, the check and the send had the
+// pump's next events between them (the soak caught a notification at
+// 1146 after an event at 1147).
+func TestWatchRequestProgressAfterEvents(t *testing.T) {
+	_, cli := startSett(t, "", server.Config{})
+	ctx := ctxT(t)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wc := cli.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if r := <-wc; !r.Created {
+		t.Fatalf("first response %+v, want created", r)
+	}
+	writing := make(chan error, 1)
+	go func() {
+		defer close(writing)
+		for i := 0; wctx.Err() == nil; i++ {
+			if _, err := cli.Put(wctx, fmt.Sprint("k/", i%10), "v"); err != nil && wctx.Err() == nil {
+				writing <- err
+				return
+			}
+		}
+	}()
+	asking := make(chan error, 1)
+	go func() {
+		defer close(asking)
+		for wctx.Err() == nil {
+			if err := cli.RequestProgress(wctx); err != nil && wctx.Err() == nil {
+				asking <- err
+				return
+			}
+		}
+	}()
+	var event, notified int64
+	for notifications := 0; notifications < 2000; {
+		select {
+		case r := <-wc:
+			if err := r.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r.IsProgressNotify() {
+				if rev := r.Header.Revision; rev < event || rev < notified {
+					t.Fatalf("progress notification at %d after event %d and notification %d", rev, event, notified)
+				}
+				notified = r.Header.Revision
+				notifications++
+			}
+			for _, e := range r.Events {
+				if e.Kv.ModRevision <= notified {
+					t.Fatalf("event at %d after notification %d", e.Kv.ModRevision, notified)
+				}
+				event = e.Kv.ModRevision
+			}
+		case err := <-writing:
+			t.Fatalf("writer: %v", err)
+		case err := <-asking:
+			t.Fatalf("progress request: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("%d progress notifications before the deadline", notifications)
+		}
+	}
+}
+
 // TestWatchFragment: a watcher that asks for fragments gets a response
 // larger than the message limit in pieces that add up to all events. The
 // hub never splits a revision, so the response is one revision: a prefix
