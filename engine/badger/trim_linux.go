@@ -3,9 +3,11 @@ package badger
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -69,21 +71,51 @@ func mappedResident() (int64, bool) {
 // trimMapped pages out every shared mapping of a file in dir that was
 // not touched since the previous call, from each CPU in turn, then
 // clears the accessed bits so that the next call sees what is touched
-// in between. If the files in use alone keep more than ceiling
-// resident, it pages them out too: the working set is read back from
-// disk, but the resident set stays bounded. Where the kernel keeps no
-// accessed bits for us (no smaps or clear_refs), it pages out every
-// mapping of a file in dir.
+// in between. If the mapped files, the ones in use included, still keep
+// more than ceiling resident, it pages out files in use too, the least
+// touched first, only until they fit: the rest of the working set stays.
+// Paging out every file in use there, as it once did, evicted the
+// working set each second once a soak's store had grown past the
+// ceiling between Badger's merges, and its lists read their tables back
+// from disk (150-400 ms at p99). Where the kernel keeps no accessed
+// bits for us (no smaps or clear_refs), it pages out every mapping of a
+// file in dir.
 func trimMapped(dir string, ceiling int64) {
-	ranges, all := coldRanges(dir)
-	if len(ranges) > 0 {
-		pageOutEverywhere(ranges)
-	}
-	if all {
+	maps, ok := dataMappings(dir)
+	if !ok {
+		pageOutEverywhere(mappedRanges(dir))
 		return
 	}
-	if n, ok := mappedResident(); ok && n > ceiling {
-		pageOutEverywhere(mappedRanges(dir))
+	var out [][2]uint64
+	var inUse []mapping
+	var held, total int64 // in use; all of dir's
+	for _, m := range maps {
+		total += m.rss
+		switch {
+		case m.rss == 0:
+		case m.referenced == 0:
+			out = append(out, m.r)
+		default:
+			inUse = append(inUse, m)
+			held += m.rss
+		}
+	}
+	// The bound is on every mapped file, the executable's own pages too.
+	if n, ok := mappedResident(); ok && n-total+held > ceiling {
+		over := n - total + held - ceiling
+		slices.SortFunc(inUse, func(a, b mapping) int {
+			return cmp.Compare(a.referenced*b.rss, b.referenced*a.rss)
+		})
+		for _, m := range inUse {
+			if over <= 0 {
+				break
+			}
+			out = append(out, m.r)
+			over -= m.rss
+		}
+	}
+	if len(out) > 0 {
+		pageOutEverywhere(out)
 	}
 	if clearAccessed() != nil {
 		// Without clearing, every file would look touched from now on.
@@ -112,41 +144,43 @@ func pageOutEverywhere(ranges [][2]uint64) {
 	}
 }
 
-// coldRanges lists the address ranges of shared mappings of files in
-// dir that hold resident pages none of which was accessed since the
-// accessed bits were last cleared. all reports that it could not tell
-// and listed every shared mapping of a file in dir.
-func coldRanges(dir string) (ranges [][2]uint64, all bool) {
+// mapping is a shared mapping of a data file: its address range and
+// its resident and recently accessed bytes.
+type mapping struct {
+	r               [2]uint64
+	rss, referenced int64
+}
+
+// dataMappings lists the shared mappings of files in dir, as smaps gives
+// them; ok is false if smaps could not be read.
+func dataMappings(dir string) (maps []mapping, ok bool) {
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
-		return mappedRanges(dir), true
+		return nil, false
 	}
 	defer f.Close()
-	var cur [2]uint64 // the mapping whose fields follow; zero: not one of ours
-	var rss int64
+	ours := false // whether the fields that follow are the last mapping's
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if r, ok := sharedMapping(line, dir); ok || isMappingLine(line) {
-			cur, rss = r, 0
+		if r, ok := sharedMapping(line, dir); ok {
+			maps, ours = append(maps, mapping{r: r}), true
 			continue
 		}
-		if cur[1] == 0 {
+		if isMappingLine(line) {
+			ours = false
+			continue
+		}
+		if !ours {
 			continue
 		}
 		if v, ok := strings.CutPrefix(line, "Rss:"); ok {
-			rss = kilobytes(v)
+			maps[len(maps)-1].rss = kilobytes(v) << 10
 		} else if v, ok := strings.CutPrefix(line, "Referenced:"); ok {
-			if rss > 0 && kilobytes(v) == 0 {
-				ranges = append(ranges, cur)
-			}
-			cur = [2]uint64{}
+			maps[len(maps)-1].referenced = kilobytes(v) << 10
 		}
 	}
-	if sc.Err() != nil {
-		return mappedRanges(dir), true
-	}
-	return ranges, false
+	return maps, sc.Err() == nil
 }
 
 // isMappingLine reports whether a line of smaps starts a mapping (its

@@ -68,27 +68,7 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size = 1 << 20
-	mapFile := func(name string) []byte {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, bytes.Repeat([]byte{1}, size), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := f.Sync(); err != nil { // clean pages: paging out drops them
-			t.Fatal(err)
-		}
-		m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Munmap(m) })
-		return m
-	}
-	hot, cold := mapFile("hot.sst"), mapFile("cold.sst")
+	hot, cold := mapClean(t, dir, "hot.sst", size), mapClean(t, dir, "cold.sst", size)
 	var sum int // read at the end, or the compiler drops the reads
 	touch := func(m []byte) {
 		for i := 0; i < len(m); i += 4096 {
@@ -112,6 +92,74 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 	if sum == 0 {
 		t.Fatal("read nothing from the files")
 	}
+}
+
+// TestTrimPastCeilingKeepsWorkingSet: when the files in use alone keep
+// more than the ceiling resident, a trim pages out the least touched of
+// them, only as many as it must, and the rest stay resident.
+func TestTrimPastCeilingKeepsWorkingSet(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	hot, warm, cool := mapClean(t, dir, "hot.sst", size), mapClean(t, dir, "warm.sst", size), mapClean(t, dir, "cool.sst", size)
+	var sum int
+	touch := func(m []byte, step int) {
+		for i := 0; i < len(m); i += step {
+			sum += int(m[i])
+		}
+	}
+	for _, m := range [][]byte{hot, warm, cool} {
+		touch(m, 4096) // all resident
+	}
+	if err := clearAccessed(); err != nil {
+		t.Skip("no clear_refs")
+	}
+	touch(hot, 4096)
+	touch(warm, 2*4096)
+	touch(cool, 16*4096)
+	n, ok := mappedResident()
+	if !ok {
+		t.Skip("no RssFile in /proc/self/status")
+	}
+	// Half a file over: one file must go, and it is the least touched.
+	trimMapped(dir, n-size/2)
+	if k := resident(t, cool); k != 0 {
+		t.Errorf("the least touched file keeps %d KiB resident", k)
+	}
+	for name, m := range map[string][]byte{"hot": hot, "warm": warm} {
+		if k := resident(t, m); k < size>>10 {
+			t.Errorf("the %s file keeps %d KiB resident after the trim, want all %d", name, k, size>>10)
+		}
+	}
+	if sum == 0 {
+		t.Fatal("read nothing from the files")
+	}
+}
+
+// mapClean writes a file of size bytes in dir, syncs it (clean pages are
+// dropped when paged out) and maps it for reading.
+func mapClean(t *testing.T, dir, name string, size int) []byte {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, bytes.Repeat([]byte{1}, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	return m
 }
 
 // resident returns the KiB of m resident in this process (smaps' Rss).
