@@ -278,8 +278,8 @@ func Open(o Options) (*DB, error) {
 
 // trim keeps the resident pages of the data files' mappings under limit,
 // looking every so often (a server: once a second) and paging out the
-// files untouched since it last looked (see trimMapped); the files in
-// use only past twice the limit. Paging out drops the pages from the
+// files untouched since it last looked (see trimMapped); files in use
+// only past twice the limit, and only as many as that takes. Paging out drops the pages from the
 // page cache too, so a trim makes the reads that follow fault them back
 // in from disk: for a server, looking four times a second cost the
 // mixed load 10-15% more CPU per request for no lower peak
