@@ -279,13 +279,13 @@ func Open(o Options) (*DB, error) {
 // trim keeps the resident pages of the data files' mappings under limit,
 // looking every so often (a server: once a second) and paging out the
 // files untouched since it last looked (see trimMapped); files in use
-// only past twice the limit, and only as many as that takes. Paging out drops the pages from the
-// page cache too, so a trim makes the reads that follow fault them back
-// in from disk: for a server, looking four times a second cost the
-// mixed load 10-15% more CPU per request for no lower peak
-// (docs/BENCHMARKS.md). A bulk load, which writes and merges new
-// tables through their mappings at hundreds of MiB a second, looks more
-// often (see OpenDir).
+// only past twice the limit, and only as many as that takes. Paging out
+// drops the pages from the page cache too, so a trim makes the reads
+// that follow fault them back in from disk: for a server, looking four
+// times a second cost the mixed load 10-15% more CPU per request for no
+// lower peak (docs/BENCHMARKS.md). A bulk load, which writes and merges
+// new tables through their mappings at hundreds of MiB a second, looks
+// more often (see OpenDir).
 func (d *DB) trim(limit int64, every time.Duration) {
 	defer close(d.trimDone)
 	if limit <= 0 || d.dir == "" {
