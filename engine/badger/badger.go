@@ -63,7 +63,7 @@ type Options struct {
 	// index stays in memory, which for a Kubernetes-sized store is small.
 	BlockCacheSize, IndexCacheSize int64
 	// MappedLimit bounds the resident pages of Badger's memory-mapped
-	// data files (see trimMapped); zero leaves them to the kernel.
+	// data files (see trimmer); zero leaves them to the kernel.
 	MappedLimit int64
 	// TrimEvery is how often the resident pages are checked against
 	// MappedLimit; zero means once a second (see trim).
@@ -278,8 +278,9 @@ func Open(o Options) (*DB, error) {
 
 // trim keeps the resident pages of the data files' mappings under limit,
 // looking every so often (a server: once a second) and paging out the
-// files untouched since it last looked (see trimMapped); files in use
-// only past twice the limit, and only as many as that takes. Paging out
+// files left untouched for longer than their window, a look at first
+// and longer for files read back soon after (see trimmer); the working
+// set only past twice the limit, and only as much as that takes. Paging out
 // drops the pages from the page cache too, so a trim makes the reads
 // that follow fault them back in from disk: for a server, looking four
 // times a second cost the mixed load 10-15% more CPU per request for no
@@ -299,6 +300,7 @@ func (d *DB) trim(limit int64, every time.Duration) {
 	if err != nil {
 		return
 	}
+	t := newTrimmer(dir, 2*limit)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -308,7 +310,7 @@ func (d *DB) trim(limit int64, every time.Duration) {
 		case <-tick.C:
 		}
 		if n, ok := mappedResident(); ok && n > limit {
-			trimMapped(dir, 2*limit)
+			t.trim()
 		}
 	}
 }

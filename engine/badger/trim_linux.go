@@ -37,8 +37,8 @@ import (
 // CPU sett may run on.
 //
 // Paging out drops the pages from the page cache too: a page read again
-// is a read from disk. So only files nobody touched since the previous
-// trim are paged out, as the accessed bits the kernel keeps per page
+// is a read from disk. So only files nobody touched for a while are
+// paged out (see trimmer), as the accessed bits the kernel keeps per page
 // tell (smaps' Referenced, cleared after each trim through clear_refs).
 // Paging out every mapped file, as the trimmer first did, evicted the
 // working set once a second under a steady load: in the soak (issue 30)
@@ -68,53 +68,109 @@ func mappedResident() (int64, bool) {
 	return 0, false
 }
 
-// trimMapped pages out every shared mapping of a file in dir that was
-// not touched since the previous call, from each CPU in turn, then
-// clears the accessed bits so that the next call sees what is touched
-// in between. If the data files in use still keep more than ceiling
-// resident, it pages out files in use too, the least touched first,
-// only until they fit: the rest of the working set stays.
-// Paging out every file in use there, as it once did, evicted the
-// working set each second once a soak's store had grown past the
-// ceiling between Badger's merges, and its lists read their tables back
-// from disk (150-400 ms at p99). Where the kernel keeps no accessed
-// bits for us (no smaps or clear_refs), it pages out every mapping of a
-// file in dir.
-func trimMapped(dir string, ceiling int64) {
-	maps, ok := dataMappings(dir)
+// A trimmer pages out the mappings of data files nobody touched for a
+// while, and keeps the rest resident up to a ceiling. It keeps, per
+// file, the look that last saw it touched and how many looks it may go
+// untouched before it is paged out. That window starts at one look
+// (one second for a server) and doubles each time the file is touched
+// again soon after being paged out, up to maxIdleLooks: a table that a
+// list reads every five seconds is paged out and read back from disk a
+// few times, then stays. With a window of one look for every file, as
+// the trimmer once had, the hour's soak paged out such tables between
+// every two lists, some 400 major faults a second, once Badger's merges
+// had cut the pods' range into base-level tables that only lists read.
+// A file touched once and left, as a store at rest is, still goes at
+// the next look.
+type trimmer struct {
+	dir     string
+	ceiling int64
+	looks   int
+	files   map[string]*fileUse
+}
+
+type fileUse struct {
+	touched int // the look that last saw it touched
+	window  int // the looks it may go untouched
+	out     int // the look that paged it out for being idle; 0: none since
+}
+
+// maxIdleLooks bounds a file's window to about a minute for a server: a
+// file read less often than that is paged out between its reads.
+const maxIdleLooks = 64
+
+func newTrimmer(dir string, ceiling int64) *trimmer {
+	return &trimmer{dir: dir, ceiling: ceiling, files: make(map[string]*fileUse)}
+}
+
+// trim pages out every shared mapping of a file in the trimmer's dir
+// that went untouched for longer than its window, from each CPU in
+// turn, then clears the accessed bits so that the next look sees what is
+// touched in between. If the files kept still hold more than the
+// ceiling resident, it pages out the least recently touched of them too
+// (among those touched since the last look, the least read), only until
+// they fit: the rest of the working set stays. Paging out every file in
+// use there, as it once did, evicted the working set each second once a
+// soak's store had grown past the ceiling between Badger's merges. The
+// ceiling is on the data files alone: counting every mapped file
+// counted sett's own executable too (25 MiB of it resident). Where the
+// kernel keeps no accessed bits for us (no smaps or clear_refs), it
+// pages out every mapping of a file in dir.
+func (t *trimmer) trim() {
+	maps, ok := dataMappings(t.dir)
 	if !ok {
-		pageOutEverywhere(mappedRanges(dir))
+		pageOutEverywhere(mappedRanges(t.dir))
 		return
 	}
+	t.looks++
+	seen := make(map[string]bool, len(maps))
 	var out [][2]uint64
-	var inUse []mapping
+	var kept []mapping
 	var held int64
 	for _, m := range maps {
+		seen[m.path] = true
+		f := t.files[m.path]
+		if f == nil {
+			// A new file is in use: Badger just wrote it or opened it.
+			f = &fileUse{touched: t.looks, window: 1}
+			t.files[m.path] = f
+		}
+		if m.referenced > 0 {
+			if f.out > 0 && t.looks-f.out <= maxIdleLooks {
+				f.window = min(2*f.window, maxIdleLooks)
+			}
+			f.touched, f.out = t.looks, 0
+		}
+		m.idle = t.looks - f.touched
 		switch {
 		case m.rss == 0:
-		case m.referenced == 0:
+		case m.idle >= f.window:
 			out = append(out, m.r)
+			if f.out == 0 {
+				f.out = t.looks
+			}
 		default:
-			inUse = append(inUse, m)
+			kept = append(kept, m)
 			held += m.rss
 		}
 	}
-	// The ceiling is on the data files alone. Counting every mapped
-	// file, as it once did, counted sett's own executable (25 MiB of it
-	// resident) and left the data files 39 of the 64 MiB: the hour's
-	// soak passed that between Badger's merges and took 400 major
-	// faults a second until the next one.
-	if held > ceiling {
-		over := held - ceiling
-		slices.SortFunc(inUse, func(a, b mapping) int {
+	for path := range t.files {
+		if !seen[path] {
+			delete(t.files, path)
+		}
+	}
+	if held > t.ceiling {
+		slices.SortFunc(kept, func(a, b mapping) int {
+			if c := cmp.Compare(b.idle, a.idle); c != 0 {
+				return c
+			}
 			return cmp.Compare(a.referenced*b.rss, b.referenced*a.rss)
 		})
-		for _, m := range inUse {
-			if over <= 0 {
+		for _, m := range kept {
+			if held <= t.ceiling {
 				break
 			}
 			out = append(out, m.r)
-			over -= m.rss
+			held -= m.rss
 		}
 	}
 	if len(out) > 0 {
@@ -122,7 +178,7 @@ func trimMapped(dir string, ceiling int64) {
 	}
 	if clearAccessed() != nil {
 		// Without clearing, every file would look touched from now on.
-		pageOutEverywhere(mappedRanges(dir))
+		pageOutEverywhere(mappedRanges(t.dir))
 	}
 }
 
@@ -147,11 +203,14 @@ func pageOutEverywhere(ranges [][2]uint64) {
 	}
 }
 
-// mapping is a shared mapping of a data file: its address range and
-// its resident and recently accessed bytes.
+// mapping is a shared mapping of a data file: its address range, its
+// file, its resident and recently accessed bytes, and the looks since it
+// was last touched.
 type mapping struct {
 	r               [2]uint64
+	path            string
 	rss, referenced int64
+	idle            int
 }
 
 // dataMappings lists the shared mappings of files in dir, as smaps gives
@@ -166,8 +225,8 @@ func dataMappings(dir string) (maps []mapping, ok bool) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if r, ok := sharedMapping(line, dir); ok {
-			maps, ours = append(maps, mapping{r: r}), true
+		if r, path, ok := sharedMapping(line, dir); ok {
+			maps, ours = append(maps, mapping{r: r, path: path}), true
 			continue
 		}
 		if isMappingLine(line) {
@@ -230,7 +289,7 @@ func mappedRanges(dir string) [][2]uint64 {
 	var ranges [][2]uint64
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if r, ok := sharedMapping(sc.Text(), dir); ok {
+		if r, _, ok := sharedMapping(sc.Text(), dir); ok {
 			ranges = append(ranges, r)
 		}
 	}
@@ -238,22 +297,22 @@ func mappedRanges(dir string) [][2]uint64 {
 }
 
 // sharedMapping parses a line of maps (or the first line of a mapping in
-// smaps) and returns its address range if it is a shared mapping of a
-// file in dir.
-func sharedMapping(line, dir string) ([2]uint64, bool) {
+// smaps) and returns its address range and file if it is a shared
+// mapping of a file in dir.
+func sharedMapping(line, dir string) ([2]uint64, string, bool) {
 	// start-end perms offset dev inode path
 	fields := strings.Fields(line)
 	if len(fields) < 6 || !strings.HasSuffix(fields[1], "s") || filepath.Dir(fields[5]) != dir {
-		return [2]uint64{}, false
+		return [2]uint64{}, "", false
 	}
 	lo, hi, ok := strings.Cut(fields[0], "-")
 	if !ok {
-		return [2]uint64{}, false
+		return [2]uint64{}, "", false
 	}
 	start, err1 := strconv.ParseUint(lo, 16, 64)
 	end, err2 := strconv.ParseUint(hi, 16, 64)
 	if err1 != nil || err2 != nil || end <= start {
-		return [2]uint64{}, false
+		return [2]uint64{}, "", false
 	}
-	return [2]uint64{start, end}, true
+	return [2]uint64{start, end}, fields[5], true
 }

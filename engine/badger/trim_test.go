@@ -77,12 +77,13 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 	}
 	touch(hot)
 	touch(cold)
-	trimMapped(dir, 1<<40) // both were touched: it only starts watching
+	tr := newTrimmer(dir, 1<<40)
+	tr.trim() // both were touched: it only starts watching
 	if resident(t, hot) == 0 || resident(t, cold) == 0 {
 		t.Fatal("a trim paged out a file touched since the one before")
 	}
 	touch(hot)
-	trimMapped(dir, 1<<40)
+	tr.trim()
 	if n := resident(t, cold); n != 0 {
 		t.Errorf("the untouched file keeps %d KiB resident after a trim", n)
 	}
@@ -94,52 +95,113 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 	}
 }
 
-// TestTrimPastCeilingKeepsWorkingSet: the ceiling is on the data files
-// in use, not on every mapped file (the test binary's own pages are
-// many MiB); when those files keep more than it resident, a trim pages
-// out the least touched of them, only as many as it must, and the rest
-// stay resident.
+// TestTrimLearnsPeriodicReaders: a file read every few looks is paged
+// out between reads at first, and kept once it has been read back soon
+// after being paged out a few times; a file nobody reads again still
+// goes at the next look.
+func TestTrimLearnsPeriodicReaders(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	periodic, once := mapClean(t, dir, "periodic.sst", size), mapClean(t, dir, "once.sst", size)
+	var sum int
+	touch := func(m []byte) {
+		for i := 0; i < len(m); i += 4096 {
+			sum += int(m[i])
+		}
+	}
+	touch(once)
+	tr := newTrimmer(dir, 1<<40)
+	const every = 5 // looks between reads of periodic, as the soak lists every 5 s
+	outs := 0       // looks that found periodic paged out
+	for look := range 12 * every {
+		if look%every == 0 {
+			if resident(t, periodic) == 0 && look > 0 {
+				outs++
+			}
+			touch(periodic)
+		}
+		tr.trim()
+		if look == 1 && resident(t, once) != 0 {
+			t.Errorf("the file read once keeps %d KiB resident a look after it was last read", resident(t, once))
+		}
+		if look >= 6*every && resident(t, periodic) == 0 {
+			t.Fatalf("look %d: the file read every %d looks is still paged out between reads after %d reads", look, every, look/every)
+		}
+	}
+	// Windows of 1, 2 and 4 looks each page it out once before one of 8 keeps it.
+	if outs > 3 {
+		t.Errorf("the file read every %d looks was read back from disk %d times, want at most 3", every, outs)
+	}
+	if sum == 0 {
+		t.Fatal("read nothing from the files")
+	}
+}
+
+// TestTrimPastCeilingKeepsWorkingSet: the ceiling is on the data files,
+// not on every mapped file (the test binary's own pages are many MiB);
+// when the files kept hold more than it resident, a trim pages out the
+// least recently touched, then the least read, only as many as it must,
+// and the rest stay resident.
 func TestTrimPastCeilingKeepsWorkingSet(t *testing.T) {
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	const size = 1 << 20
-	hot, warm, cool := mapClean(t, dir, "hot.sst", size), mapClean(t, dir, "warm.sst", size), mapClean(t, dir, "cool.sst", size)
+	names := []string{"hot", "warm", "cool", "stale"}
+	files := map[string][]byte{}
+	for _, n := range names {
+		files[n] = mapClean(t, dir, n+".sst", size)
+	}
 	var sum int
 	touch := func(m []byte, step int) {
 		for i := 0; i < len(m); i += step {
 			sum += int(m[i])
 		}
 	}
-	for _, m := range [][]byte{hot, warm, cool} {
+	for _, m := range files {
 		touch(m, 4096) // all resident
 	}
 	if err := clearAccessed(); err != nil {
 		t.Skip("no clear_refs")
 	}
-	touchAll := func() {
-		touch(hot, 4096)
-		touch(warm, 2*4096)
-		touch(cool, 16*4096)
+	tr := newTrimmer(dir, 1<<40)
+	for _, m := range files {
+		touch(m, 4096)
 	}
-	touchAll()
-	// The three files fit: none goes, whatever else is mapped.
-	trimMapped(dir, 3*size)
-	for name, m := range map[string][]byte{"hot": hot, "warm": warm, "cool": cool} {
-		if k := resident(t, m); k < size>>10 {
-			t.Errorf("under the ceiling, the %s file keeps %d KiB resident after the trim, want all %d", name, k, size>>10)
+	tr.trim()
+	// Every file has learnt a long window: none goes for being idle.
+	for _, n := range names {
+		tr.files[filepath.Join(dir, n+".sst")].window = maxIdleLooks
+	}
+	inUse := func() { // stale is left idle
+		touch(files["hot"], 4096)
+		touch(files["warm"], 2*4096)
+		touch(files["cool"], 16*4096)
+	}
+	inUse()
+	tr.ceiling = 4 * size // the four fit: none goes, whatever else is mapped
+	tr.trim()
+	for _, n := range names {
+		if k := resident(t, files[n]); k < size>>10 {
+			t.Errorf("under the ceiling, %s keeps %d KiB resident after the trim, want all %d", n, k, size>>10)
 		}
 	}
-	touchAll()
-	// Half a file over: one file must go, and it is the least touched.
-	trimMapped(dir, 3*size-size/2)
-	if k := resident(t, cool); k != 0 {
-		t.Errorf("the least touched file keeps %d KiB resident", k)
-	}
-	for name, m := range map[string][]byte{"hot": hot, "warm": warm} {
-		if k := resident(t, m); k < size>>10 {
-			t.Errorf("the %s file keeps %d KiB resident after the trim, want all %d", name, k, size>>10)
+	inUse()
+	// A file and a half over: the least recently touched goes first
+	// (stale), then the least read of those in use (cool).
+	tr.ceiling = 4*size - size - size/2
+	tr.trim()
+	for n, want := range map[string]bool{"stale": false, "cool": false, "hot": true, "warm": true} {
+		k := resident(t, files[n])
+		if want && k < size>>10 {
+			t.Errorf("%s keeps %d KiB resident after the trim, want all %d", n, k, size>>10)
+		}
+		if !want && k != 0 {
+			t.Errorf("%s keeps %d KiB resident after the trim, want none", n, k)
 		}
 	}
 	if sum == 0 {
