@@ -35,7 +35,10 @@ func startKine(t *testing.T, endpoint string) *peerProc {
 	t.Helper()
 	addr := harness.FreeAddr(t)
 	return startPeerProc(t, "kine", pinnedBinary(t, "SETT_KINE", "kine", kineVersion), addr, 60*time.Second,
-		"--endpoint", endpoint, "--listen-address", addr, "--compact-interval", "0", "--compact-min-retain", "0")
+		"--endpoint", endpoint, "--listen-address", addr, "--compact-interval", "0", "--compact-min-retain", "0",
+		// kine serves metrics on :8080 by default: a second run of the
+		// tests on the machine, or anything else there, made it exit.
+		"--metrics-bind-address", "0")
 }
 
 // kineLoad drives kine as kube-apiserver does (creates, updates and
