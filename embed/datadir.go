@@ -122,7 +122,7 @@ func adopt(ctx context.Context, dir string, mem budget, log *slog.Logger) (strin
 		"data_dir", dir, "store", store)
 	pr := progress.New(log, "importing etcd's database", "revisions", -1)
 	res, err := etcddir.ImportInto(ctx, dir, store, func(d string) (engine.Engine, func() error, error) {
-		db, err := badger.Open(badger.Options{Dir: d, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped,
+		db, err := badger.Open(badger.Options{Dir: d, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped, MappedLimitAll: mem.limit > 0,
 			LevelZeroTables: mem.levelZero, BaseLevelSize: mem.baseLevel})
 		if err != nil {
 			return nil, nil, err

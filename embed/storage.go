@@ -32,7 +32,7 @@ type storage struct {
 func openStorage(engineName, pdEndpoints, dir string, mem budget, noSync, wal bool, log *slog.Logger) (*storage, error) {
 	switch engineName {
 	case "badger":
-		db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped, NoSync: noSync,
+		db, err := badger.Open(badger.Options{Dir: dir, Logger: log, MemTableSize: mem.memTable, MappedLimit: mem.fileMapped, MappedLimitAll: mem.limit > 0, NoSync: noSync,
 			LevelZeroTables: mem.levelZero, BaseLevelSize: mem.baseLevel, WAL: wal && !noSync})
 		if err != nil {
 			return nil, err

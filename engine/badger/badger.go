@@ -65,6 +65,11 @@ type Options struct {
 	// MappedLimit bounds the resident pages of Badger's memory-mapped
 	// data files (see trimmer); zero leaves them to the kernel.
 	MappedLimit int64
+	// MappedLimitAll makes the ceiling of twice MappedLimit count every
+	// file the process maps, its own executable too, not the data files
+	// alone: a process held to a memory limit has that much less for
+	// the store.
+	MappedLimitAll bool
 	// TrimEvery is how often the resident pages are checked against
 	// MappedLimit; zero means once a second (see trim).
 	TrimEvery time.Duration
@@ -272,7 +277,7 @@ func Open(o Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	go d.trim(o.MappedLimit, cmp.Or(max(o.TrimEvery, 0), time.Second))
+	go d.trim(o.MappedLimit, o.MappedLimitAll, cmp.Or(max(o.TrimEvery, 0), time.Second))
 	return d, nil
 }
 
@@ -287,7 +292,7 @@ func Open(o Options) (*DB, error) {
 // lower peak (docs/BENCHMARKS.md). A bulk load, which writes and merges
 // new tables through their mappings at hundreds of MiB a second, looks
 // more often (see OpenDir).
-func (d *DB) trim(limit int64, every time.Duration) {
+func (d *DB) trim(limit int64, all bool, every time.Duration) {
 	defer close(d.trimDone)
 	if limit <= 0 || d.dir == "" {
 		return
@@ -301,6 +306,7 @@ func (d *DB) trim(limit int64, every time.Duration) {
 		return
 	}
 	t := newTrimmer(dir, 2*limit)
+	t.all = all
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -972,10 +978,11 @@ func Exists(dir string) bool {
 //     second, faster than any trim, so the size of one merge is the
 //     burst of resident file pages;
 //   - the mapped files' resident pages trimmed to 16 MiB ten times a
-//     second rather than to 32 MiB once.
+//     second rather than to 32 MiB once, the process's every mapped
+//     file counted against the ceiling, as under a memory limit.
 func OpenDir(dir string) (engine.Engine, func() error, error) {
 	db, err := Open(Options{Dir: dir, MemTableSize: DefaultMemTableSize / 2, TableSizeMultiplier: 1,
-		LevelZeroTables: 4, BaseLevelSize: 8 << 20, MappedLimit: 16 << 20, TrimEvery: 100 * time.Millisecond})
+		LevelZeroTables: 4, BaseLevelSize: 8 << 20, MappedLimit: 16 << 20, MappedLimitAll: true, TrimEvery: 100 * time.Millisecond})
 	if err != nil {
 		return nil, nil, err
 	}

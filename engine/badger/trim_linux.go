@@ -84,6 +84,7 @@ func mappedResident() (int64, bool) {
 type trimmer struct {
 	dir     string
 	ceiling int64
+	all     bool // the ceiling counts every mapped file, not dir's alone
 	looks   int
 	files   map[string]*fileUse
 }
@@ -114,7 +115,8 @@ func newTrimmer(dir string, ceiling int64) *trimmer {
 // ceiling is on the data files alone: counting every mapped file
 // counted sett's own executable too (25 MiB of it resident). Where the
 // kernel keeps no accessed bits for us (no smaps or clear_refs), it
-// pages out every mapping of a file in dir.
+// pages out every mapping of a file in dir. Under a memory limit the
+// ceiling counts every mapped file (see Options.MappedLimitAll).
 func (t *trimmer) trim() {
 	maps, ok := dataMappings(t.dir)
 	if !ok {
@@ -125,8 +127,9 @@ func (t *trimmer) trim() {
 	seen := make(map[string]bool, len(maps))
 	var out [][2]uint64
 	var kept []mapping
-	var held int64
+	var held, total int64 // kept; all of dir's
 	for _, m := range maps {
+		total += m.rss
 		seen[m.path] = true
 		f := t.files[m.path]
 		if f == nil {
@@ -157,6 +160,9 @@ func (t *trimmer) trim() {
 		if !seen[path] {
 			delete(t.files, path)
 		}
+	}
+	if n, ok := mappedResident(); ok && t.all {
+		held += n - total
 	}
 	if held > t.ceiling {
 		slices.SortFunc(kept, func(a, b mapping) int {

@@ -5,7 +5,7 @@ package badger
 // Elsewhere the resident pages of mapped files are left to the kernel.
 func mappedResident() (int64, bool) { return 0, false }
 
-type trimmer struct{}
+type trimmer struct{ all bool }
 
 func newTrimmer(string, int64) *trimmer { return &trimmer{} }
 
