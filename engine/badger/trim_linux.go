@@ -161,8 +161,10 @@ func (t *trimmer) trim() {
 			delete(t.files, path)
 		}
 	}
-	if n, ok := mappedResident(); ok && t.all {
-		held += n - total
+	if t.all {
+		if n, ok := mappedResident(); ok {
+			held += n - total
+		}
 	}
 	if held > t.ceiling {
 		slices.SortFunc(kept, func(a, b mapping) int {
