@@ -90,6 +90,7 @@ type trimmer struct {
 }
 
 type fileUse struct {
+	seen    int // the last look that found it mapped
 	touched int // the look that last saw it touched
 	window  int // the looks it may go untouched
 	out     int // the look that paged it out for being idle; 0: none since
@@ -124,19 +125,18 @@ func (t *trimmer) trim() {
 		return
 	}
 	t.looks++
-	seen := make(map[string]bool, len(maps))
 	var out [][2]uint64
 	var kept []mapping
 	var held, total int64 // kept; all of dir's
 	for _, m := range maps {
 		total += m.rss
-		seen[m.path] = true
 		f := t.files[m.path]
 		if f == nil {
 			// A new file is in use: Badger just wrote it or opened it.
 			f = &fileUse{touched: t.looks, window: 1}
 			t.files[m.path] = f
 		}
+		f.seen = t.looks
 		if m.referenced > 0 {
 			if f.out > 0 && t.looks-f.out <= maxIdleLooks {
 				f.window = min(2*f.window, maxIdleLooks)
@@ -156,8 +156,8 @@ func (t *trimmer) trim() {
 			held += m.rss
 		}
 	}
-	for path := range t.files {
-		if !seen[path] {
+	for path, f := range t.files {
+		if f.seen != t.looks {
 			delete(t.files, path)
 		}
 	}
