@@ -201,8 +201,9 @@ func (b bounds) committedBy(rev int64) int64 {
 // once and in order, no lease ran out while its keep-alives were
 // answered, and no two clients held the mutex at once. Requests of
 // unknown outcome are then settled from the log, and the history is
-// checked for linearizability as Check does (porcupine's visualization
-// goes to file). It returns every anomaly found, and a summary.
+// checked for linearizability as Check does, window by window (see
+// linearizableWindows; porcupine's visualization goes to file). It
+// returns every anomaly found, and a summary.
 func (h *History) Verify(l *Log, file string) (summary string, anomalies []error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -286,11 +287,12 @@ func (h *History) Verify(l *Log, file string) (summary string, anomalies []error
 	anomalies = append(anomalies, h.checkLeases(l, b)...)
 	anomalies = append(anomalies, h.checkHolds()...)
 
-	settled := settle(h.ops, l, b)
-	summary = fmt.Sprintf("%s; %d revisions, %d events; %s", summarize(h.ops), l.head, len(l.events), h.leaseSummary())
-	if err := linearizable(settled, file); err != nil {
+	windows, largest, err := linearizableWindows(settle(h.ops, l, b), l, b, file)
+	if err != nil {
 		anomalies = append(anomalies, err)
 	}
+	summary = fmt.Sprintf("%s; %d revisions, %d events; %s; linearizability checked in %d windows, the largest of %d requests",
+		summarize(h.ops), l.head, len(l.events), h.leaseSummary(), windows, largest)
 	return summary, anomalies
 }
 
