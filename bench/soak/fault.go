@@ -67,7 +67,8 @@ func (r *run) faultLoop(ctx context.Context) {
 
 // inject runs one fault while three more clients drive lincheck's
 // registers, from before the fault until as long after it as it took (at
-// least 2 s), and checks that history with porcupine.
+// least 2 s) and the history holds enough to judge, and checks that
+// history with porcupine.
 func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 	f := fault{kind: kind, at: at}
 	if kind == "disk-full" && r.disk == "" {
@@ -110,13 +111,26 @@ func (r *run) inject(ctx context.Context, kind string, at time.Duration) fault {
 	}
 	f.took = time.Since(t0)
 	// The registers are driven across the fault and as long again after,
-	// for the history to hold what the fault left behind.
+	// for the history to hold what the fault left behind, and until it
+	// holds enough for lincheck to judge: under load a window of a few
+	// seconds held fewer writes than that. A server that acknowledges
+	// none for two minutes fails the check instead of holding the soak.
 	window := time.NewTimer(max(f.took, 2*time.Second))
-	select {
-	case <-window.C:
-	case <-ctx.Done():
-		window.Stop()
-		f.cut = true
+	defer window.Stop()
+	limit := time.NewTimer(2 * time.Minute)
+	defer limit.Stop()
+	for wait, enough := window.C, h.Enough(); wait != nil || enough != nil; {
+		select {
+		case <-wait:
+			wait = nil
+		case <-enough:
+			enough = nil
+		case <-limit.C:
+			wait, enough = nil, nil
+		case <-ctx.Done():
+			wait, enough = nil, nil
+			f.cut = true
+		}
 	}
 	stop()
 	f.lin, f.linErr = h.Check(filepath.Join(os.TempDir(), fmt.Sprintf("sett-soak-%s-%s-%d.html", r.name, kind, at/time.Second)))

@@ -132,11 +132,17 @@ type entry struct {
 	err string // what a refused request was answered
 }
 
+// MinAcked is the fewest acknowledged writes Check will judge a history
+// on: fewer tell nothing.
+const MinAcked = 100
+
 // History is the operations of several clients, in real time.
 type History struct {
-	start time.Time
-	mu    sync.Mutex
-	ops   []entry
+	start  time.Time
+	mu     sync.Mutex
+	ops    []entry
+	acked  int
+	enough chan struct{} // closed once acked reaches MinAcked
 	// What the lease, mutex and watch clients saw; see lease.go,
 	// mutex.go and log.go.
 	leases  []*Lease
@@ -145,14 +151,23 @@ type History struct {
 }
 
 // NewHistory starts an empty history; its clock starts now.
-func NewHistory() *History { return &History{start: time.Now()} }
+func NewHistory() *History { return &History{start: time.Now(), enough: make(chan struct{})} }
+
+// Enough returns a channel closed once the history holds MinAcked
+// acknowledged writes, enough for Check to judge it.
+func (h *History) Enough() <-chan struct{} { return h.enough }
 
 func (h *History) now() int64 { return int64(time.Since(h.start)) }
 
 func (h *History) record(e entry) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.ops = append(h.ops, e)
-	h.mu.Unlock()
+	if acknowledged(e) {
+		if h.acked++; h.acked == MinAcked {
+			close(h.enough)
+		}
+	}
 }
 
 // never is the return time of a request of unknown outcome: it may take
@@ -185,7 +200,7 @@ func (h *History) Check(file string) (summary string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	summary = summarize(h.ops)
-	if acked := countAcked(h.ops); acked < 100 {
+	if acked := countAcked(h.ops); acked < MinAcked {
 		return summary, fmt.Errorf("only %d writes acknowledged: too few to tell anything", acked)
 	}
 	return summary, linearizable(h.ops, file)
@@ -206,11 +221,16 @@ func linearizable(es []entry, file string) error {
 func countAcked(es []entry) int {
 	acked := 0
 	for _, e := range es {
-		if modelled(e.in) && e.in.op != "get" && !e.out.unknown && !e.out.failed {
+		if acknowledged(e) {
 			acked++
 		}
 	}
 	return acked
+}
+
+// acknowledged reports whether e is a modelled write that was answered.
+func acknowledged(e entry) bool {
+	return modelled(e.in) && e.in.op != "get" && !e.out.unknown && !e.out.failed
 }
 
 func summarize(es []entry) string {

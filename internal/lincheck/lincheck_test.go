@@ -239,3 +239,30 @@ func TestWindows(t *testing.T) {
 		t.Fatalf("revisions out of real-time order: found %v, want porcupine to object", found)
 	}
 }
+
+// TestEnough: Enough's channel closes at the MinAcked-th acknowledged
+// write, and reads, refusals and writes of unknown outcome do not count.
+func TestEnough(t *testing.T) {
+	h := NewHistory()
+	open := func() bool {
+		select {
+		case <-h.Enough():
+			return false
+		default:
+			return true
+		}
+	}
+	for i := range 3 * MinAcked {
+		h.record(entry{in: linInput{op: "get", key: "lin/0"}})
+		h.record(entry{in: linInput{op: "put", key: "lin/0"}, out: linOutput{unknown: i%2 == 0, failed: i%2 == 1}})
+	}
+	for i := range MinAcked {
+		if !open() {
+			t.Fatalf("Enough closed after %d acknowledged writes", i)
+		}
+		h.record(entry{in: linInput{op: "put", key: "lin/0"}, out: linOutput{rev: int64(i + 2)}})
+	}
+	if open() {
+		t.Fatalf("Enough still open after %d acknowledged writes", MinAcked)
+	}
+}
