@@ -130,7 +130,10 @@ func TestAdoptEtcdDataDir(t *testing.T) {
 	peer := "http://" + harness.FreeAddr(t)
 	e := startEtcdProc(t, dir, peer)
 	cli := harness.NewClient(t, e.addr)
-	ctx := harness.Context(t)
+	// Two etcd starts, a load, two sett starts: more than harness.Context's
+	// 30 s on a loaded machine. The subtests have their own.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -350,6 +353,13 @@ func TestAdoptEtcdDataDir(t *testing.T) {
 	s.stop()
 
 	t.Run("import command", func(t *testing.T) {
+		ctx := harness.Context(t)
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		// sett import etcd makes the same store in a new data dir.
 		newDir := filepath.Join(t.TempDir(), "new")
 		imp := spawn(t, "import", "etcd", "--from", dir, "--data-dir", newDir)
@@ -377,6 +387,13 @@ func TestAdoptEtcdDataDir(t *testing.T) {
 	})
 
 	t.Run("bumped", func(t *testing.T) {
+		ctx := harness.Context(t)
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		// etcdutl's restore with --bump-revision --mark-compacted, as
 		// etcd's TestRestoreCompactionRevBump runs it.
 		const bump = 1_000_000
