@@ -6,7 +6,11 @@ package harness
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,14 +19,43 @@ import (
 )
 
 // FreeAddr returns a loopback host:port no one listens on right now.
+// The port is drawn below the kernel's range for outgoing connections'
+// source ports: a port from that range (what listening on port 0 gives)
+// can be taken by any connection made before the test listens on it, as
+// happened when a second make test ran beside.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo := ephemeralLow()
+	for range 100 {
+		port := firstPort + rand.IntN(lo-firstPort)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		defer l.Close()
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("no free port in [%d, %d) after 100 tries", firstPort, lo)
+	return ""
+}
+
+// firstPort is the lowest port FreeAddr draws: above the well-known and
+// most registered services.
+const firstPort = 10000
+
+// ephemeralLow returns the lowest port the kernel gives outgoing
+// connections: the first of /proc/sys/net/ipv4/ip_local_port_range, or
+// the IANA range's start where that cannot be read.
+func ephemeralLow() int {
+	lo := 49152
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	return max(lo, firstPort+1000)
 }
 
 // NewClient returns a client of endpoint, closed when the test ends.
