@@ -100,7 +100,13 @@ func (h *History) DriveMix(ctx context.Context, cli *clientv3.Client, c int, mix
 			}
 		case p < 15 && lease != 0:
 			in.op, in.key, in.lease = "revoke", leaseKey, lease
-			_, err = cli.Revoke(octx, clientv3.LeaseID(lease))
+			// The answer's revision is a sighting of the key's delete,
+			// if the revoke deleted it: Verify's windows start from what
+			// had been seen committed (see stateBefore).
+			var resp *clientv3.LeaseRevokeResponse
+			if resp, err = cli.Revoke(octx, clientv3.LeaseID(lease)); err == nil {
+				out.rev = resp.Header.Revision
+			}
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				err, out.failed = nil, true
 			}

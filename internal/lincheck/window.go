@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -102,6 +103,10 @@ func checkWindow(key string, ops []porcupine.Operation, from linState, to *linSt
 		return fmt.Errorf("porcupine could not decide %s's window of %d operations within its time limit", key, len(ops))
 	}
 	porcupine.VisualizePath(model.ToModel(), info, file)
-	return fmt.Errorf("the history is not linearizable: %s's window of %d operations from %v, starting at %q (visualized in %s)",
-		key, len(ops), time.Duration(first), from.value, file)
+	var shown []string
+	for _, op := range window[:min(len(window), 12)] {
+		shown = append(shown, fmt.Sprintf("[%v, %v] client %d: %+v -> %+v", time.Duration(op.Call), time.Duration(op.Return), op.ClientId, op.Input, op.Output))
+	}
+	return fmt.Errorf("the history is not linearizable: %s's window of %d operations from %v (visualized in %s):\n%s",
+		key, len(ops), time.Duration(first), file, strings.Join(shown, "\n"))
 }
