@@ -266,3 +266,29 @@ func TestEnough(t *testing.T) {
 		t.Fatalf("Enough still open after %d acknowledged writes", MinAcked)
 	}
 }
+
+// TestSettleDelete: a delete of unknown outcome is held to the key's
+// deletes that no acknowledged request answered for, not to every later
+// delete of the key, which would let it span the rest of the history.
+func TestSettleDelete(t *testing.T) {
+	h, events := base()
+	h.ops = append(h.ops,
+		entry{client: 3, in: linInput{op: "delete", key: "lin/0"}, out: linOutput{unknown: true}, call: 100 * ms, ret: 110 * ms},
+		entry{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 4}, call: 200 * ms, ret: 210 * ms},
+		entry{client: 0, in: linInput{op: "put", key: "lin/0", to: "c"}, out: linOutput{rev: 5}, call: 300 * ms, ret: 310 * ms},
+		entry{client: 2, in: linInput{op: "delete", key: "lin/0"}, out: linOutput{rev: 6, deleted: 1}, call: 400 * ms, ret: 410 * ms},
+	)
+	events = append(events, del("lin/0", 4), put("lin/0", "c", 5), del("lin/0", 6))
+	if found := verify(t, h, events, 6); len(found) > 0 {
+		t.Fatalf("anomalies: %v", found)
+	}
+	l, err := h.NewLog(events, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range settle(h.ops, l, h.bounds(l)) {
+		if e.client == 3 && (!e.out.unknown || e.by != 210*ms) {
+			t.Fatalf("the unknown delete settled as %+v by %v, want unknown by %v (the get that saw revision 4)", e.out, time.Duration(e.by), 210*time.Millisecond)
+		}
+	}
+}

@@ -352,10 +352,23 @@ func (s *Stream) check(l *Log) error {
 // porcupine need not try every place for each. A put or compare-and-swap
 // whose value is in the log applied at that revision; one whose value is
 // not never applied. A delete or revoke of unknown outcome applied with
-// an effect only at one of the key's deletes after its call, so it took
-// effect, if at all, by the latest of those; with none, it changed
-// nothing.
+// an effect only at one of the key's deletes after its call that no
+// acknowledged delete or revoke answered for, so it took effect, if at
+// all, by the latest of those; with none, it changed nothing. (Counting
+// every later delete of the key instead let one such request span the
+// rest of a long run, and leave porcupine no quiet moment to split it
+// at.)
 func settle(es []entry, l *Log, b bounds) []entry {
+	type keyRev struct {
+		key string
+		rev int64
+	}
+	answered := map[keyRev]bool{}
+	for _, e := range es {
+		if modelled(e.in) && !e.out.unknown && !e.out.failed && (e.in.op == "delete" && e.out.deleted > 0 || e.in.op == "revoke") {
+			answered[keyRev{e.in.key, e.out.rev}] = true
+		}
+	}
 	out := make([]entry, 0, len(es))
 	for _, e := range es {
 		if e.out.unknown && modelled(e.in) {
@@ -370,7 +383,10 @@ func settle(es []entry, l *Log, b bounds) []entry {
 			case "delete", "revoke":
 				latest := int64(-1)
 				for _, ev := range l.byKey[e.in.key] {
-					if t := b.committedBy(ev.Kv.ModRevision); ev.Type == mvccpb.DELETE && t >= e.call {
+					if ev.Type != mvccpb.DELETE || answered[keyRev{e.in.key, ev.Kv.ModRevision}] {
+						continue
+					}
+					if t := b.committedBy(ev.Kv.ModRevision); t >= e.call {
 						latest = max(latest, t)
 					}
 				}
