@@ -30,10 +30,10 @@ type Mix struct {
 const registerLeaseTTL = 3600
 
 // Drive sends random requests as client c over cli until stop is closed
-// or ctx ends: puts (with and without a lease), deletes, gets and
-// compare-and-swaps of keys lin/0 to lin/2, and revokes of its lease,
-// which it attaches to one key only, so a revoke is in that key's
-// history. A failed write is recorded as possibly applied at any time
+// or ctx ends: puts (with and without a lease), deletes (each with a
+// put of a mark, see markKey), gets and compare-and-swaps of keys lin/0
+// to lin/2, and revokes of its lease, which it attaches to one key
+// only, so a revoke is in that key's history. A failed write is recorded as possibly applied at any time
 // from its call on; a failed read is left out.
 func (h *History) Drive(ctx context.Context, cli *clientv3.Client, c int, stop <-chan struct{}) {
 	h.DriveMix(ctx, cli, c, Mix{}, stop)
@@ -94,9 +94,12 @@ func (h *History) DriveMix(ctx context.Context, cli *clientv3.Client, c int, mix
 			}
 		case p < 14:
 			in.op = "delete"
-			var resp *clientv3.DeleteResponse
-			if resp, err = cli.Delete(octx, in.key); err == nil {
-				out.rev, out.deleted = resp.Header.Revision, resp.Deleted
+			// The mark names the delete in the log, as a put's value
+			// names the put, so settle can place a delete of unknown
+			// outcome exactly (see settle).
+			var resp *clientv3.TxnResponse
+			if resp, err = cli.Txn(octx).Then(clientv3.OpDelete(in.key), clientv3.OpPut(markKey(c), in.to)).Commit(); err == nil {
+				out.rev, out.deleted = resp.Header.Revision, resp.Responses[0].GetResponseDeleteRange().Deleted
 			}
 		case p < 15 && lease != 0:
 			in.op, in.key, in.lease = "revoke", leaseKey, lease
@@ -145,6 +148,10 @@ func (h *History) DriveMix(ctx context.Context, cli *clientv3.Client, c int, mix
 		h.record(e)
 	}
 }
+
+// markKey is the key client c's deletes put their mark to: outside
+// lin/, so the registers' model does not see it.
+func markKey(c int) string { return fmt.Sprintf("lin-mark/%d", c) }
 
 // refused reports whether err means the request certainly did not
 // apply: etcd answers these before it proposes anything, and sett only

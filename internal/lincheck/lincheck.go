@@ -31,7 +31,7 @@ import (
 type linInput struct {
 	op       string // put, delete, get, sget, cas, revoke; bulk, bulkdel (not modelled)
 	key      string
-	from, to string // cas: from; put and cas: to
+	from, to string // cas: from; put and cas: to; delete: its mark
 	lease    int64  // put: the lease to attach; revoke: the lease
 	n        int    // bulk: how many keys the txn puts
 }
@@ -88,6 +88,10 @@ var model = porcupine.NondeterministicModel{
 		case "put":
 			next = linState{in.to, in.lease}
 		case "delete":
+			// An answer says whether there was a key to delete.
+			if !out.unknown && (out.deleted > 0) != (s.value != "") {
+				return nil
+			}
 			next = linState{}
 		case "revoke":
 			next = s
@@ -125,11 +129,8 @@ type entry struct {
 	client    int
 	in        linInput
 	out       linOutput
-	call, ret int64 // ret: when the answer, or the error, came
-	// by, for a request of unknown outcome that the log settled in part
-	// (see settle): the time by which it took effect if it did.
-	by  int64
-	err string // what a refused request was answered
+	call, ret int64  // ret: when the answer, or the error, came
+	err       string // what a refused request was answered
 }
 
 // MinAcked is the fewest acknowledged writes Check will judge a history
@@ -184,9 +185,6 @@ func operations(es []entry) []porcupine.Operation {
 		ret := e.ret
 		if e.out.unknown {
 			ret = never
-			if e.by > 0 {
-				ret = e.by
-			}
 		}
 		ops = append(ops, porcupine.Operation{ClientId: e.client, Input: e.in, Call: e.call, Output: e.out, Return: ret})
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -267,28 +268,76 @@ func TestEnough(t *testing.T) {
 	}
 }
 
-// TestSettleDelete: a delete of unknown outcome is held to the key's
-// deletes that no acknowledged request answered for, not to every later
-// delete of the key, which would let it span the rest of the history.
-func TestSettleDelete(t *testing.T) {
-	h, events := base()
-	h.ops = append(h.ops,
-		entry{client: 3, in: linInput{op: "delete", key: "lin/0"}, out: linOutput{unknown: true}, call: 100 * ms, ret: 110 * ms},
-		entry{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 4}, call: 200 * ms, ret: 210 * ms},
-		entry{client: 0, in: linInput{op: "put", key: "lin/0", to: "c"}, out: linOutput{rev: 5}, call: 300 * ms, ret: 310 * ms},
-		entry{client: 2, in: linInput{op: "delete", key: "lin/0"}, out: linOutput{rev: 6, deleted: 1}, call: 400 * ms, ret: 410 * ms},
-	)
-	events = append(events, del("lin/0", 4), put("lin/0", "c", 5), del("lin/0", 6))
-	if found := verify(t, h, events, 6); len(found) > 0 {
-		t.Fatalf("anomalies: %v", found)
+// TestSettleMarked: a delete of unknown outcome is settled by its
+// mark, and a revoke by the delete of its key alone in a revision, so
+// neither is left to take effect at any later time; a delete's answer
+// must agree with whether there was a key.
+func TestSettleMarked(t *testing.T) {
+	history := func(markedAt6 bool) (*History, []*mvccpb.Event) {
+		h, events := base()
+		h.ops = append(h.ops,
+			entry{client: 3, in: linInput{op: "delete", key: "lin/0", to: "m1"}, out: linOutput{unknown: true}, call: 100 * ms, ret: 110 * ms},
+			entry{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 4}, call: 200 * ms, ret: 210 * ms},
+			entry{client: 0, in: linInput{op: "put", key: "lin/0", to: "c", lease: 7}, out: linOutput{rev: 5}, call: 300 * ms, ret: 310 * ms},
+			entry{client: 4, in: linInput{op: "delete", key: "lin/0", to: "m2"}, out: linOutput{unknown: true}, call: 320 * ms, ret: 330 * ms},
+			entry{client: 0, in: linInput{op: "revoke", key: "lin/0", lease: 7}, out: linOutput{unknown: true}, call: 400 * ms, ret: 410 * ms},
+			entry{client: 2, in: linInput{op: "delete", key: "lin/0", to: "m3"}, out: linOutput{rev: 7}, call: 500 * ms, ret: 510 * ms},
+			entry{client: 1, in: linInput{op: "get", key: "lin/0"}, out: linOutput{rev: 7}, call: 600 * ms, ret: 610 * ms},
+		)
+		leased := put("lin/0", "c", 5)
+		leased.Kv.Lease = 7
+		events = append(events, del("lin/0", 4), put("lin-mark/3", "m1", 4), leased, del("lin/0", 6))
+		if markedAt6 {
+			events = append(events, put("lin-mark/4", "m2", 6))
+		}
+		return h, append(events, put("lin-mark/2", "m3", 7))
 	}
-	l, err := h.NewLog(events, 6)
-	if err != nil {
-		t.Fatal(err)
+	// settled returns what settle made of clients 3's, 4's and 0's
+	// requests of unknown outcome.
+	settled := func(h *History, events []*mvccpb.Event) map[int]entry {
+		l, err := h.NewLog(events, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int]entry{}
+		for _, e := range settle(h.ops, l, h.bounds(l)) {
+			if e.call >= 100*ms && e.call <= 400*ms && e.in.op != "get" && e.in.op != "put" {
+				got[e.client] = e
+			}
+		}
+		return got
 	}
-	for _, e := range settle(h.ops, l, h.bounds(l)) {
-		if e.client == 3 && (!e.out.unknown || e.by != 210*ms) {
-			t.Fatalf("the unknown delete settled as %+v by %v, want unknown by %v (the get that saw revision 4)", e.out, time.Duration(e.by), 210*time.Millisecond)
+	for _, markedAt6 := range []bool{false, true} {
+		h, events := history(markedAt6)
+		if found := verify(t, h, events, 7); len(found) > 0 {
+			t.Fatalf("marked at 6 %v: anomalies: %v", markedAt6, found)
+		}
+		got := settled(h, events)
+		if e := got[3]; e.out.failed || e.out.rev != 4 || e.out.deleted != 1 || e.ret != 210*ms {
+			t.Errorf("marked at 6 %v: the delete marked at 4 settled as %+v returning %v, want applied at 4 by 210ms (the get that saw it)", markedAt6, e.out, at(e.ret))
+		}
+		// Revision 6's delete is the revoke's unless a mark is beside
+		// it; then it is client 4's delete.
+		applied, other := got[0], got[4]
+		if markedAt6 {
+			applied, other = other, applied
+		}
+		if !other.out.failed || applied.out.rev != 6 || applied.out.deleted != 1 || applied.ret != 510*ms {
+			t.Errorf("marked at 6 %v: revision 6's request settled as %+v returning %v, want applied at 6 by 510ms; the other as %+v, want failed", markedAt6, applied.out, at(applied.ret), other.out)
+		}
+	}
+
+	// An acknowledged delete that says it deleted a key that was not
+	// there, or deleted nothing when one was, is not linearizable.
+	for _, deleted := range []int64{0, 1} {
+		ops := []porcupine.Operation{
+			{ClientId: 0, Input: linInput{op: "put", key: "lin/0", to: "a"}, Output: linOutput{rev: 2}, Call: 0, Return: 1},
+			{ClientId: 0, Input: linInput{op: "delete", key: "lin/0", to: "m1"}, Output: linOutput{rev: 3, deleted: 1}, Call: 2, Return: 3},
+			{ClientId: 0, Input: linInput{op: "delete", key: "lin/0", to: "m2"}, Output: linOutput{rev: 4, deleted: 0}, Call: 4, Return: 5},
+		}
+		ops[1+deleted].Output = linOutput{rev: 3 + deleted, deleted: deleted}
+		if porcupine.CheckOperations(model.ToModel(), ops) {
+			t.Errorf("the delete at %d answered %d deleted: linearizable, want not", 3+deleted, deleted)
 		}
 	}
 }

@@ -244,12 +244,9 @@ func (h *History) Verify(l *Log, file string) (summary string, anomalies []error
 				bad("client %d: acknowledged %s %s=%s at revision %d, which the log does not hold: %v", e.client, in.op, in.key, in.to, out.rev, l.byRev[out.rev])
 			}
 		case "delete":
-			if out.deleted == 0 {
-				break
-			}
 			writes = true
-			if !hasEvent(l.byRev[out.rev], mvccpb.DELETE, in.key, "") {
-				bad("client %d: acknowledged delete of %s at revision %d, which the log does not hold: %v", e.client, in.key, out.rev, l.byRev[out.rev])
+			if !hasEvent(l.byRev[out.rev], mvccpb.PUT, "", in.to) || out.deleted > 0 && !hasEvent(l.byRev[out.rev], mvccpb.DELETE, in.key, "") {
+				bad("client %d: acknowledged delete of %s (%d deleted, mark %s) at revision %d, which the log does not hold: %v", e.client, in.key, out.deleted, in.to, out.rev, l.byRev[out.rev])
 			}
 		case "bulk", "bulkdel":
 			if in.op == "bulkdel" && out.deleted == 0 {
@@ -296,9 +293,11 @@ func (h *History) Verify(l *Log, file string) (summary string, anomalies []error
 	return summary, anomalies
 }
 
+// hasEvent reports whether evs hold an event of kind on key with value
+// (a put's); an empty key matches any key.
 func hasEvent(evs []*mvccpb.Event, kind mvccpb.Event_EventType, key, value string) bool {
 	for _, e := range evs {
-		if e.Type == kind && string(e.Kv.Key) == key && (kind == mvccpb.DELETE || string(e.Kv.Value) == value) {
+		if e.Type == kind && (key == "" || string(e.Kv.Key) == key) && (kind == mvccpb.DELETE || string(e.Kv.Value) == value) {
 			return true
 		}
 	}
@@ -349,55 +348,53 @@ func (s *Stream) check(l *Log) error {
 }
 
 // settle uses the log to settle requests of unknown outcome, so that
-// porcupine need not try every place for each. A put or compare-and-swap
-// whose value is in the log applied at that revision; one whose value is
-// not never applied. A delete or revoke of unknown outcome applied with
-// an effect only at one of the key's deletes after its call that no
-// acknowledged delete or revoke answered for, so it took effect, if at
-// all, by the latest of those; with none, it changed nothing. (Counting
-// every later delete of the key instead let one such request span the
-// rest of a long run, and leave porcupine no quiet moment to split it
-// at.)
+// porcupine need not try every place for each. A put, compare-and-swap
+// or delete whose value (a delete's mark) is in the log applied at that
+// revision; one whose value is not never applied. A revoke deleted its
+// lease's key if the log has a delete of the key that is alone in its
+// revision (a delete request's has its mark beside it) and follows a put
+// with the lease; each lease has one key and one revoke at most. With no
+// such delete, the revoke changed nothing, whether it applied or not.
+// An unknown request is thereby pinned to the time its revision was
+// first seen: one left unknown (an earlier rule for deletes) may take
+// effect at any later time, and spanned most of a 200-cut run.
 func settle(es []entry, l *Log, b bounds) []entry {
-	type keyRev struct {
-		key string
-		rev int64
-	}
-	answered := map[keyRev]bool{}
-	for _, e := range es {
-		if modelled(e.in) && !e.out.unknown && !e.out.failed && (e.in.op == "delete" && e.out.deleted > 0 || e.in.op == "revoke") {
-			answered[keyRev{e.in.key, e.out.rev}] = true
-		}
-	}
 	out := make([]entry, 0, len(es))
 	for _, e := range es {
 		if e.out.unknown && modelled(e.in) {
+			rev := int64(0)
 			switch e.in.op {
-			case "put", "cas":
-				if ev, ok := l.byValue[e.in.to]; ok {
-					e.out.unknown, e.out.succeeded = false, true
-					e.ret = max(e.call, b.committedBy(ev.Kv.ModRevision))
-				} else {
-					e.out.unknown, e.out.failed = false, true
+			case "put", "cas", "delete":
+				if ev, ok := l.byValue[e.in.to]; ok && e.in.to != "" {
+					rev = ev.Kv.ModRevision
 				}
-			case "delete", "revoke":
-				latest := int64(-1)
-				for _, ev := range l.byKey[e.in.key] {
-					if ev.Type != mvccpb.DELETE || answered[keyRev{e.in.key, ev.Kv.ModRevision}] {
-						continue
-					}
-					if t := b.committedBy(ev.Kv.ModRevision); t >= e.call {
-						latest = max(latest, t)
-					}
+			case "revoke":
+				rev = l.revoked(e.in.key, e.in.lease)
+			}
+			if rev == 0 {
+				e.out = linOutput{failed: true}
+			} else {
+				e.out = linOutput{rev: rev, succeeded: true}
+				if hasEvent(l.byRev[rev], mvccpb.DELETE, e.in.key, "") {
+					e.out.deleted = 1
 				}
-				if latest < 0 {
-					e.out.unknown, e.out.failed = false, true
-				} else {
-					e.by = max(latest, e.call)
-				}
+				e.ret = max(e.call, b.committedBy(rev))
 			}
 		}
 		out = append(out, e)
 	}
 	return out
+}
+
+// revoked returns the revision at which revoking lease deleted key, 0
+// if none: a delete alone in its revision whose key's previous event is
+// a put with the lease.
+func (l *Log) revoked(key string, lease int64) int64 {
+	evs := l.byKey[key]
+	for i := 1; i < len(evs); i++ {
+		if rev := evs[i].Kv.ModRevision; evs[i].Type == mvccpb.DELETE && evs[i-1].Type == mvccpb.PUT && evs[i-1].Kv.Lease == lease && len(l.byRev[rev]) == 1 {
+			return rev
+		}
+	}
+	return 0
 }
