@@ -21,10 +21,10 @@ const windowLimit = 2 * time.Minute
 // request on the key called so far has returned and the next is yet to
 // be called. A long run (151,146 requests across 200 power cuts) was
 // more than porcupine could decide whole in its time limit. Windows are
-// tens to hundreds of requests in TestLinearizable; in a 200-cycle run a
-// request of unknown outcome that settle cannot pin down keeps a window
-// open for tens of thousands (docs/BENCHMARKS.md, Power cuts: the long
-// run).
+// tens to a few hundred requests, in TestLinearizable and in 200-cycle
+// runs alike, as long as settle pins every request of unknown outcome to
+// a revision or to none: one it could not pin held its key's window open
+// for tens of thousands (docs/BENCHMARKS.md, Power cuts: the long run).
 //
 // Each window starts from the key's state in the log at its quiet moment
 // and must end in the state the next window starts from. That keeps the
