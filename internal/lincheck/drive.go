@@ -33,8 +33,9 @@ const registerLeaseTTL = 3600
 // or ctx ends: puts (with and without a lease), deletes (each with a
 // put of a mark, see markKey), gets and compare-and-swaps of keys lin/0
 // to lin/2, and revokes of its lease, which it attaches to one key
-// only, so a revoke is in that key's history. A failed write is recorded as possibly applied at any time
-// from its call on; a failed read is left out.
+// only, so a revoke is in that key's history. A failed write is
+// recorded as possibly applied at any time from its call on; a failed
+// read is left out.
 func (h *History) Drive(ctx context.Context, cli *clientv3.Client, c int, stop <-chan struct{}) {
 	h.DriveMix(ctx, cli, c, Mix{}, stop)
 }
