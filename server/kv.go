@@ -156,10 +156,10 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := checkTxn(r, k.s.cfg.MaxTxnOps); err != nil {
 		return nil, err
 	}
-	if _, _, err := checkOverlaps(r.Success); err != nil {
+	if err := checkOverlaps(r.Success); err != nil {
 		return nil, err
 	}
-	if _, _, err := checkOverlaps(r.Failure); err != nil {
+	if err := checkOverlaps(r.Failure); err != nil {
 		return nil, err
 	}
 	check := func(ai *auth.Info) error { return k.s.checkTxnAuth(ai, r) }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"slices"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
@@ -78,99 +80,170 @@ func checkOp(op *pb.RequestOp, maxOps int) error {
 	return rpctypes.ErrGRPCKeyNotFound
 }
 
-// span is a half-open key interval; an empty end is unbounded, as in
-// etcd's affine string intervals. A point k is [k, k+"\x00").
-type span struct{ begin, end string }
-
-func point(k string) span { return span{k, k + "\x00"} }
-
-func (s span) hits(p span) bool {
-	endCmp := func(a, b string) int { // compares with "" as +infinity
-		switch {
-		case a == b:
-			return 0
-		case a == "":
-			return 1
-		case b == "":
-			return -1
-		case a < b:
-			return -1
-		}
-		return 1
+// checkOverlaps rejects a txn branch that writes one key twice, by
+// etcd's rule: two puts of a key, or a put of a key that a delete covers,
+// unless the two sit in the two branches of one nested txn, which exclude
+// each other. etcd checks a branch's own puts against every delete below
+// it, but a nested txn's puts only against the branch's own deletes and
+// those of the txns before it, so a delete in a later sibling txn does not
+// count against them.
+//
+// It decides this in one pass, in O(n log n) for n operations, whatever the
+// nesting: a request is still checked at full size before it is known to
+// be too large, so its cost must stay near what decoding it costs.
+// Ordering the operations of each branch as its own deletes, then its
+// txns in order (each txn's success, then its failure), then its own puts,
+// a put conflicts exactly with the puts and deletes before it that are
+// not in the other branch of a txn the put is nested in. The pass keeps
+// the writes seen so far in a Fenwick tree of deletes over the sorted keys
+// and a count of puts per key; entering one branch of a txn it sets aside
+// what the other branch wrote, and it walks the smaller branch first, so
+// that what it sets aside and puts back is the smaller one: each write is
+// set aside at most log n times.
+func checkOverlaps(ops []*pb.RequestOp) error {
+	o := newOverlaps(ops)
+	if !o.branch(ops) {
+		return rpctypes.ErrGRPCDuplicateKey
 	}
-	leftOf := endCmp(p.begin, s.begin) < 0 && endCmp(p.end, s.begin) <= 0
-	rightOf := endCmp(p.begin, s.end) >= 0
-	return !leftOf && !rightOf
+	return nil
 }
 
-func anyHits(dels []span, p span) bool {
-	for _, d := range dels {
-		if d.hits(p) {
-			return true
-		}
-	}
-	return false
+// overlaps is checkOverlaps' state.
+type overlaps struct {
+	index map[string]int // a key or range end to its place among them, sorted
+	dels  []int          // Fenwick tree: the deletes begun minus those ended at each place
+	puts  []int          // puts seen per place
+	seen  []write        // what is counted in dels and puts, in the order counted
+	sizes map[*pb.TxnRequest][2]int
 }
 
-// checkOverlaps rejects a txn branch that writes one key twice: two puts
-// of a key, or a put of a key that a delete in the same branch (or a txn
-// nested in it) covers. The two branches of a nested txn exclude each
-// other, so they may put the same key. It returns the branch's puts and
-// deletes for its parent.
-func checkOverlaps(ops []*pb.RequestOp) (map[string]bool, []span, error) {
-	var dels []span
+// write is a put of the key at place at, or a delete of [at, end).
+type write struct {
+	put     bool
+	at, end int
+}
+
+func newOverlaps(ops []*pb.RequestOp) *overlaps {
+	o := &overlaps{sizes: make(map[*pb.TxnRequest][2]int)}
+	var keys []string
+	o.collect(ops, &keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	o.index = make(map[string]int, len(keys))
+	for i, k := range keys {
+		o.index[k] = i
+	}
+	o.dels = make([]int, len(keys)+1)
+	o.puts = make([]int, len(keys))
+	return o
+}
+
+// collect lists every key and range end under ops and notes the number of
+// writes in each txn's branches; it returns the number under ops.
+func (o *overlaps) collect(ops []*pb.RequestOp, keys *[]string) int {
+	n := 0
 	for _, op := range ops {
-		d := op.GetRequestDeleteRange()
-		if d == nil {
-			continue
-		}
-		if len(d.RangeEnd) != 0 {
-			dels = append(dels, span{string(d.Key), string(d.RangeEnd)})
-		} else {
-			dels = append(dels, point(string(d.Key)))
+		switch {
+		case op.GetRequestPut() != nil:
+			*keys = append(*keys, string(op.GetRequestPut().Key))
+			n++
+		case op.GetRequestDeleteRange() != nil:
+			d := op.GetRequestDeleteRange()
+			*keys = append(*keys, string(d.Key), deleteEnd(d))
+			n++
+		case op.GetRequestTxn() != nil:
+			t := op.GetRequestTxn()
+			s := [2]int{o.collect(t.Success, keys), o.collect(t.Failure, keys)}
+			o.sizes[t] = s
+			n += s[0] + s[1]
 		}
 	}
-	puts := make(map[string]bool)
+	return n
+}
+
+// deleteEnd is the end of the keys a delete covers; a single key k covers
+// [k, k+"\x00"). Like etcd's check, it takes a range end of "\x00" as it
+// is, not as "every key from Key on".
+func deleteEnd(d *pb.DeleteRangeRequest) string {
+	if len(d.RangeEnd) != 0 {
+		return string(d.RangeEnd)
+	}
+	return string(d.Key) + "\x00"
+}
+
+// branch counts the writes of ops after those before it, and reports
+// whether none of them conflicts.
+func (o *overlaps) branch(ops []*pb.RequestOp) bool {
+	for _, op := range ops {
+		if d := op.GetRequestDeleteRange(); d != nil {
+			at, end := o.index[string(d.Key)], o.index[deleteEnd(d)]
+			if at < end { // an inverted range covers nothing
+				o.count(write{at: at, end: end}, 1)
+			}
+		}
+	}
 	for _, op := range ops {
 		t := op.GetRequestTxn()
 		if t == nil {
 			continue
 		}
-		thenPuts, thenDels, err := checkOverlaps(t.Success)
-		if err != nil {
-			return nil, nil, err
+		first, second := t.Success, t.Failure
+		if s := o.sizes[t]; s[0] > s[1] {
+			first, second = second, first
 		}
-		elsePuts, elseDels, err := checkOverlaps(t.Failure)
-		if err != nil {
-			return nil, nil, err
+		mark := len(o.seen)
+		if !o.branch(first) {
+			return false
 		}
-		for k := range thenPuts {
-			if puts[k] || anyHits(dels, point(k)) {
-				return nil, nil, rpctypes.ErrGRPCDuplicateKey
-			}
-			puts[k] = true
+		aside := slices.Clone(o.seen[mark:])
+		for _, w := range aside {
+			o.count(w, -1)
 		}
-		for k := range elsePuts {
-			if puts[k] && !thenPuts[k] || anyHits(dels, point(k)) {
-				return nil, nil, rpctypes.ErrGRPCDuplicateKey
-			}
-			puts[k] = true
+		o.seen = o.seen[:mark]
+		if !o.branch(second) {
+			return false
 		}
-		dels = append(dels, thenDels...)
-		dels = append(dels, elseDels...)
+		for _, w := range aside {
+			o.count(w, 1)
+		}
 	}
 	for _, op := range ops {
-		p := op.GetRequestPut()
-		if p == nil {
-			continue
+		if p := op.GetRequestPut(); p != nil {
+			at := o.index[string(p.Key)]
+			if o.puts[at] > 0 || o.covered(at) {
+				return false
+			}
+			o.count(write{put: true, at: at}, 1)
 		}
-		k := string(p.Key)
-		if puts[k] || anyHits(dels, point(k)) {
-			return nil, nil, rpctypes.ErrGRPCDuplicateKey
-		}
-		puts[k] = true
 	}
-	return puts, dels, nil
+	return true
+}
+
+// count adds w to what is seen (by 1) or sets it aside (by -1).
+func (o *overlaps) count(w write, by int) {
+	if by > 0 {
+		o.seen = append(o.seen, w)
+	}
+	if w.put {
+		o.puts[w.at] += by
+		return
+	}
+	for i := w.at + 1; i < len(o.dels); i += i & -i {
+		o.dels[i] += by
+	}
+	for i := w.end + 1; i < len(o.dels); i += i & -i {
+		o.dels[i] -= by
+	}
+}
+
+// covered reports whether a delete counted covers the key at place at:
+// more deletes begin at or before it than end there.
+func (o *overlaps) covered(at int) bool {
+	n := 0
+	for i := at + 1; i > 0; i -= i & -i {
+		n += o.dels[i]
+	}
+	return n > 0
 }
 
 // raftOverhead is what etcd adds around a write request before it checks
