@@ -238,6 +238,14 @@ func NewConfig() Config {
 	}
 }
 
+// secrets are the values of c that the server must never show.
+func (c Config) secrets() []string {
+	if c.SnapshotS3 == nil {
+		return nil
+	}
+	return []string{c.SnapshotS3.SecretKey, c.SnapshotS3.SessionToken}
+}
+
 // Validate refuses a configuration sett cannot honour, with the reason,
 // before anything is opened. Start calls it.
 func (c Config) Validate() error {

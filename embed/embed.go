@@ -240,6 +240,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		AutoTLS:                     cfg.AutoTLS,
 		DataDir:                     dir,
 		EnablePprof:                 cfg.EnablePprof,
+		Secrets:                     cfg.secrets(),
 		LooseReconfigCheck:          !cfg.StrictReconfigCheck,
 		MemberID:                    memberID,
 		ClusterID:                   clusterID,

@@ -10,6 +10,8 @@ import (
 	"log"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,7 +45,7 @@ func (s *Server) handler() http.Handler {
 			http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		expvar.Handler().ServeHTTP(w, r)
+		s.serveVars(w)
 	})
 	if s.cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -52,6 +54,47 @@ func (s *Server) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// serveVars serves Go's expvar as expvar.Handler does, but with the
+// command line's secrets hidden: /debug/vars answers without credentials,
+// and a secret given as a flag is on the command line.
+func (s *Server) serveVars(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	io.WriteString(w, "{\n")
+	first := true
+	expvar.Do(func(kv expvar.KeyValue) {
+		if !first {
+			io.WriteString(w, ",\n")
+		}
+		first = false
+		v := kv.Value.String()
+		if kv.Key == "cmdline" {
+			b, _ := json.Marshal(hideSecrets(os.Args, s.cfg.Secrets))
+			v = string(b)
+		}
+		fmt.Fprintf(w, "%q: %s", kv.Key, v)
+	})
+	io.WriteString(w, "\n}\n")
+}
+
+// hideSecrets returns args with each that is a secret, or a flag set to
+// one (--name=secret), replaced.
+func hideSecrets(args, secrets []string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		name, value, isFlag := strings.Cut(a, "=")
+		for _, secret := range secrets {
+			switch {
+			case secret == "":
+			case a == secret:
+				out[i] = "[hidden]"
+			case isFlag && value == secret:
+				out[i] = name + "=[hidden]"
+			}
+		}
+	}
+	return out
 }
 
 // clusterVersion is the cluster version etcd 3.7 reports.

@@ -85,6 +85,10 @@ type Config struct {
 	DataDir string
 	// EnablePprof serves /debug/pprof on the HTTP endpoints.
 	EnablePprof bool
+	// Secrets are values the server never shows: the command line that
+	// /debug/vars serves, as etcd's does, has each argument that is one
+	// (or ends in =one) hidden.
+	Secrets []string
 	// WatchProgressNotifyInterval is how often quiet progress_notify
 	// watchers hear the current revision (etcd's default 10 minutes).
 	WatchProgressNotifyInterval time.Duration
