@@ -217,6 +217,8 @@ var flagFields = map[string]struct {
 	"snapshot-s3-access-key":         {"SnapshotS3", "a", []string{"--snapshot-s3"}},
 	"snapshot-s3-secret-key":         {"SnapshotS3", "s", []string{"--snapshot-s3"}},
 	"snapshot-s3-session-token":      {"SnapshotS3", "t", []string{"--snapshot-s3"}},
+	"snapshot-s3-secret-key-file":    {"SnapshotS3", "go.mod", []string{"--snapshot-s3"}},
+	"snapshot-s3-session-token-file": {"SnapshotS3", "go.sum", []string{"--snapshot-s3"}},
 	"snapshot-s3-bucket":             {"SnapshotS3", "b", []string{"--snapshot-s3"}},
 	"snapshot-s3-region":             {"SnapshotS3", "eu-west-1", []string{"--snapshot-s3"}},
 	"snapshot-s3-folder":             {"SnapshotS3", "f", []string{"--snapshot-s3"}},

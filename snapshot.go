@@ -247,6 +247,8 @@ func s3Flags(commands bool) []cli.Flag {
 		flag(&cli.StringFlag{Name: "snapshot-s3-access-key", Usage: "S3 access key (default: AWS_ACCESS_KEY_ID, ~/.aws/credentials, or the instance's IAM role)"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-secret-key", Usage: "S3 secret key (default: AWS_SECRET_ACCESS_KEY, ...)"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-session-token", Usage: "S3 session token, with temporary credentials (default: AWS_SESSION_TOKEN, ...)"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-secret-key-file", Usage: "a file holding the S3 secret key, so that it is not on the command line"}),
+		flag(&cli.StringFlag{Name: "snapshot-s3-session-token-file", Usage: "a file holding the S3 session token"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-bucket", Usage: "the bucket (it must exist)"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-region", Value: "us-east-1", Usage: "the bucket's region"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-folder", Usage: "the folder (key prefix) in the bucket"}),
@@ -269,14 +271,22 @@ func s3Config(c *cli.Context) (*snapshot.S3, error) {
 		}
 		return nil, nil
 	}
+	secretKey, err := secretFlag(c, "snapshot-s3-secret-key")
+	if err != nil {
+		return nil, err
+	}
+	sessionToken, err := secretFlag(c, "snapshot-s3-session-token")
+	if err != nil {
+		return nil, err
+	}
 	return &snapshot.S3{
 		Endpoint:     c.String("snapshot-s3-endpoint"),
 		Bucket:       c.String("snapshot-s3-bucket"),
 		Folder:       c.String("snapshot-s3-folder"),
 		Region:       c.String("snapshot-s3-region"),
 		AccessKey:    c.String("snapshot-s3-access-key"),
-		SecretKey:    c.String("snapshot-s3-secret-key"),
-		SessionToken: c.String("snapshot-s3-session-token"),
+		SecretKey:    secretKey,
+		SessionToken: sessionToken,
 		EndpointCA:   c.String("snapshot-s3-endpoint-ca"),
 		SkipVerify:   c.Bool("snapshot-s3-skip-ssl-verify"),
 		Insecure:     c.Bool("snapshot-s3-insecure"),
@@ -284,6 +294,24 @@ func s3Config(c *cli.Context) (*snapshot.S3, error) {
 		Timeout:      c.Duration("snapshot-s3-timeout"),
 		Retention:    c.Int("snapshot-s3-retention"),
 	}, nil
+}
+
+// secretFlag reads a secret given as --name, by environment, or in the
+// file --name-file names (its content less a final newline), which keeps
+// it off the command line that other users of the machine can read.
+func secretFlag(c *cli.Context, name string) (string, error) {
+	file := c.String(name + "-file")
+	if file == "" {
+		return c.String(name), nil
+	}
+	if c.IsSet(name) {
+		return "", fmt.Errorf("--%s and --%s-file are both set: give the secret once", name, name)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--%s-file: %w", name, err)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
 }
 
 // openS3 opens the bucket the --snapshot-s3* flags name, or returns nil

@@ -3,6 +3,8 @@ package tests
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,5 +40,21 @@ func TestSecretsNotShown(t *testing.T) {
 	c.stop()
 	if strings.Contains(c.log(), s3.SecretKey) {
 		t.Error("the log shows the secret key")
+	}
+
+	// The secret from a file instead: sett opens the bucket, which checks
+	// the credentials, before it serves.
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte(s3.SecretKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := s3Args(s3, s3.Endpoint)
+	args = append(args[:len(args)-2], "--snapshot-s3-secret-key-file", file, "--snapshot-schedule-cron", "@every 1h")
+	startChild(t, t.TempDir(), harness.FreeAddr(t), args...).stop()
+
+	// Both at once is refused.
+	out, errOut, code := runSett(t, append([]string{"serve", "--data-dir", t.TempDir(), "--snapshot-s3-secret-key", "x"}, args...)...)
+	if code == 0 || !strings.Contains(out+errOut, "--snapshot-s3-secret-key and --snapshot-s3-secret-key-file are both set") {
+		t.Errorf("both the secret and its file: exit %d\n%s%s", code, out, errOut)
 	}
 }
