@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -161,6 +160,9 @@ type DB struct {
 	trimDone  chan struct{}
 	closeTrim sync.Once
 
+	// lock holds the directory (nil in memory); released by Close.
+	lock *dirLock
+
 	// wal is the write-ahead log, nil without Options.WAL. commitMu
 	// orders commits so that a record's seq is the order Badger
 	// committed them in. checkpointMu runs one checkpoint at a time;
@@ -224,33 +226,22 @@ func Open(o Options) (*DB, error) {
 	if o.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
 	}
+	var lock *dirLock
 	if !o.InMemory {
-		if err := checkTables(o.Dir); err != nil {
+		var err error
+		if lock, err = lockDir(o.Dir); err != nil {
 			return nil, err
 		}
-		log := o.Logger
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
-		if _, err := forgetLostTables(o.Dir, log); err != nil {
-			return nil, err
-		}
-		dropped, err := dropEmptyLogs(o.Dir)
-		if err != nil {
-			return nil, err
-		}
-		if len(dropped) > 0 {
-			log.Warn("removed the empty logs a power cut left; they held no commit", "files", dropped)
-		}
+		opts = opts.WithBypassLockGuard(true)
 	}
-	db, err := bdg.Open(opts)
-	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
-		return nil, fmt.Errorf("data dir %q is in use by another process (is another sett running on it?): %w", o.Dir, ErrLocked)
-	}
+	db, err := openLocked(o, opts)
 	if err != nil {
-		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
+		if lock != nil {
+			lock.release()
+		}
+		return nil, err
 	}
-	d := &DB{db: db, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable),
+	d := &DB{db: db, lock: lock, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable),
 		logFirst: !o.DetectConflicts}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -267,6 +258,7 @@ func Open(o Options) (*DB, error) {
 		d.dir = o.Dir
 		if d.names, err = newDirSync(o.Dir); err != nil {
 			db.Close()
+			lock.release()
 			return nil, err
 		}
 	}
@@ -274,6 +266,7 @@ func Open(o Options) (*DB, error) {
 		if err := d.openWAL(o); err != nil {
 			d.names.close()
 			db.Close()
+			lock.release()
 			return nil, err
 		}
 	}
@@ -319,6 +312,35 @@ func (d *DB) trim(limit int64, all bool, every time.Duration) {
 			t.trim()
 		}
 	}
+}
+
+// openLocked opens Badger over a directory whose lock the caller holds,
+// first repairing what a power cut leaves (see repair.go).
+func openLocked(o Options, opts bdg.Options) (*bdg.DB, error) {
+	if !o.InMemory {
+		if err := checkTables(o.Dir); err != nil {
+			return nil, err
+		}
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		if _, err := forgetLostTables(o.Dir, log); err != nil {
+			return nil, err
+		}
+		dropped, err := dropEmptyLogs(o.Dir)
+		if err != nil {
+			return nil, err
+		}
+		if len(dropped) > 0 {
+			log.Warn("removed the empty logs a power cut left; they held no commit", "files", dropped)
+		}
+	}
+	db, err := bdg.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open badger at %q: %w", o.Dir, err)
+	}
+	return db, nil
 }
 
 // Snapshot implements engine.Engine.
@@ -403,7 +425,11 @@ func (d *DB) Close() error {
 	if d.names != nil {
 		d.names.close()
 	}
-	return errors.Join(err, d.db.Close())
+	err = errors.Join(err, d.db.Close())
+	if d.lock != nil {
+		err = errors.Join(err, d.lock.release())
+	}
+	return err
 }
 
 // GC reclaims the space of deleted and overwritten data; it backs
