@@ -3,6 +3,7 @@ package badger
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -368,5 +369,41 @@ func TestWALBehindBadger(t *testing.T) {
 	}
 	if _, err := openWAL(dir, 4<<10, 3, func(uint64, []walOp) error { return nil }); err == nil {
 		t.Fatal("a log missing records 4 and 5 past what Badger holds opened")
+	}
+}
+
+// TestWALDamageBeforeDurable: a bad record in the last segment followed
+// by a record written after it was made durable is damage, not a torn
+// tail: the start is refused with the segment and the byte named, where
+// cutting there would drop acknowledged records (etcd's WAL refuses a
+// bad record that is not torn the same way).
+func TestWALDamageBeforeDurable(t *testing.T) {
+	dir := t.TempDir()
+	w, _ := replayed(t, dir, 0)
+	appendRecords(t, w, 1, 2)
+	at := w.off
+	appendRecords(t, w, 3, 3) // durable before 4 and 5 are written
+	appendRecords(t, w, 4, 5)
+	name := w.f.Name()
+	w.close()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[at+walHeader+3] ^= 0xff
+	if err := os.WriteFile(name, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = openWAL(dir, 4<<10, 0, func(uint64, []walOp) error { return nil })
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), filepath.Base(name)) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d", at)) {
+		t.Fatalf("openWAL = %v, want %v naming %s and byte %d", err, ErrDamaged, filepath.Base(name), at)
+	}
+	// Nothing was cut: the records after the damage are still there.
+	after, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after, data) {
+		t.Error("the refused open changed the segment")
 	}
 }
