@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,7 +31,12 @@ import (
 //	crc32c(rest) uint32 | len(ops) uint32 | seq uint64 | ops
 //
 // little-endian, where ops is a run of (kind byte, uvarint key length,
-// key) with, for a put, (uvarint value length, value) after. A record
+// key) with, for a put, (uvarint value length, value) after. The first op
+// is a put of walSyncedKey whose value (8 bytes) is the seq of the last
+// record durable when this one was written: a bad record followed by one
+// that says it was durable is damage, not a torn write (see openWAL).
+// Replay leaves it out, and a sett that knows nothing of it replays it as
+// a key no reader shows. A record
 // promises that seq is one more than the record before it, and that the
 // Badger transaction that made it also wrote seq under walSeqKey: so
 // Badger's value of walSeqKey says which records it holds, and opening
@@ -59,6 +65,11 @@ var walCRC = crc32.MakeTable(crc32.Castagnoli)
 // Like flushKey it sorts before every key mvcc writes, and readers never
 // show it.
 var walSeqKey = []byte("\x00sett-wal-seq")
+
+// walSyncedKey is the key of a record's first op, which says how far the
+// log was durable when the record was written; it sorts and hides as
+// walSeqKey does.
+var walSyncedKey = []byte("\x00sett-wal-synced")
 
 // errWALDamaged is a record that fails its checksum in a segment that is
 // not the last: such a segment was synced whole before the next began.
@@ -151,9 +162,17 @@ func openWAL(dir string, segSize int64, after uint64, replay func(seq uint64, op
 			}
 			continue
 		}
-		// The last segment: cut it at its first bad record. The bytes
-		// past it were never acknowledged; they go, so that no record a
-		// later append writes can be followed by an older one left over.
+		// The last segment: cut it at its first bad record, which a power
+		// cut tore, unless a record after it says it was durable. The
+		// bytes past it were never acknowledged; they go, so that no
+		// record a later append writes can be followed by an older one
+		// left over.
+		if !zeros(data[end:]) {
+			if seq, ok := durableAfter(data[end:], segLast+1); ok {
+				return nil, fmt.Errorf("%w: %w: segment %s holds a bad record at byte %d, and record %d after it was written once record %d was durable: acknowledged writes follow the damage; restore the data dir from a snapshot or the backup",
+					ErrDamaged, errWALDamaged, filepath.Base(w.path(first)), end, seq, segLast+1)
+			}
+		}
 		f, err := os.OpenFile(w.path(first), os.O_RDWR, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open write-ahead log: %w", err)
@@ -239,7 +258,7 @@ func (w *wal) replayFrom(after uint64) (uint64, error) {
 func scanSegment(data []byte, first uint64, fn func(seq uint64, ops []walOp) error) (end int, last uint64, err error) {
 	last = first - 1
 	for end < len(data) {
-		seq, ops, n, ok := decodeRecord(data[end:])
+		seq, _, ops, n, ok := decodeRecord(data[end:])
 		if !ok {
 			break
 		}
@@ -255,6 +274,25 @@ func scanSegment(data []byte, first uint64, fn func(seq uint64, ops []walOp) err
 		end += n
 	}
 	return end, last, nil
+}
+
+// durableAfter looks past a bad record, at the start of b, for a whole
+// record that says record bad was durable when it was written, and
+// returns its seq. The bad record's length cannot be trusted, so every
+// offset is tried; a header whose seq is not past bad is passed over
+// before its checksum is computed.
+func durableAfter(b []byte, bad uint64) (uint64, bool) {
+	for off := 1; off+walHeader <= len(b); off++ {
+		seq := binary.LittleEndian.Uint64(b[off+8:])
+		if seq <= bad || seq-bad > 1<<32 {
+			continue
+		}
+		got, synced, _, _, ok := decodeRecord(b[off:])
+		if ok && got == seq && synced >= bad && synced < seq {
+			return seq, true
+		}
+	}
+	return 0, false
 }
 
 // zeros reports whether b is all zero bytes: an allocated, unwritten part
@@ -352,7 +390,7 @@ func (w *wal) append(seq uint64, ops []walOp) (int64, error) {
 		return 0, fmt.Errorf("write-ahead log: append of record %d, expected %d", seq, w.next)
 	}
 	var payload int64
-	w.buf, payload = encodeRecord(w.buf[:0], seq, ops)
+	w.buf, payload = encodeRecord(w.buf[:0], seq, w.synced.Load(), ops)
 	if w.off > 0 && w.off+int64(len(w.buf)) > w.segSize {
 		if err := w.rotate(); err != nil {
 			return 0, w.fail(err)
@@ -486,11 +524,17 @@ func (w *wal) close() error {
 	return err
 }
 
-// encodeRecord appends the record seq of ops to b, and returns it with
-// the bytes of keys and values it holds.
-func encodeRecord(b []byte, seq uint64, ops []walOp) ([]byte, int64) {
+// encodeRecord appends the record seq of ops to b, written when the log
+// was durable through synced, and returns it with the bytes of keys and
+// values it holds.
+func encodeRecord(b []byte, seq, synced uint64, ops []walOp) ([]byte, int64) {
 	start := len(b)
 	b = append(b, make([]byte, walHeader)...)
+	b = append(b, walPut)
+	b = binary.AppendUvarint(b, uint64(len(walSyncedKey)))
+	b = append(b, walSyncedKey...)
+	b = binary.AppendUvarint(b, 8)
+	b = binary.LittleEndian.AppendUint64(b, synced)
 	var payload int64
 	for _, op := range ops {
 		b = append(b, op.kind)
@@ -510,24 +554,25 @@ func encodeRecord(b []byte, seq uint64, ops []walOp) ([]byte, int64) {
 	return b, payload
 }
 
-// decodeRecord reads the record at the start of b: its seq, its ops
-// (slices of b) and its length. ok is false for anything but a whole
+// decodeRecord reads the record at the start of b: its seq, the seq the
+// log was durable through when it was written (0 if it does not say), its
+// ops (slices of b) and its length. ok is false for anything but a whole
 // record whose checksum holds.
-func decodeRecord(b []byte) (seq uint64, ops []walOp, n int, ok bool) {
+func decodeRecord(b []byte) (seq, synced uint64, ops []walOp, n int, ok bool) {
 	if len(b) < walHeader {
-		return 0, nil, 0, false
+		return 0, 0, nil, 0, false
 	}
 	size := binary.LittleEndian.Uint32(b[4:8])
 	if uint64(size) > uint64(len(b)-walHeader) {
-		return 0, nil, 0, false
+		return 0, 0, nil, 0, false
 	}
 	n = walHeader + int(size)
 	if crc32.Checksum(b[4:n], walCRC) != binary.LittleEndian.Uint32(b[0:4]) {
-		return 0, nil, 0, false
+		return 0, 0, nil, 0, false
 	}
 	seq = binary.LittleEndian.Uint64(b[8:16])
 	if seq == 0 {
-		return 0, nil, 0, false
+		return 0, 0, nil, 0, false
 	}
 	p := b[walHeader:n]
 	for len(p) > 0 {
@@ -535,20 +580,24 @@ func decodeRecord(b []byte) (seq uint64, ops []walOp, n int, ok bool) {
 		p = p[1:]
 		var err error
 		if op.key, p, err = field(p); err != nil {
-			return 0, nil, 0, false
+			return 0, 0, nil, 0, false
 		}
 		switch op.kind {
 		case walPut:
 			if op.value, p, err = field(p); err != nil {
-				return 0, nil, 0, false
+				return 0, 0, nil, 0, false
 			}
 		case walDelete:
 		default:
-			return 0, nil, 0, false
+			return 0, 0, nil, 0, false
+		}
+		if len(ops) == 0 && synced == 0 && op.kind == walPut && bytes.Equal(op.key, walSyncedKey) && len(op.value) == 8 {
+			synced = binary.LittleEndian.Uint64(op.value)
+			continue
 		}
 		ops = append(ops, op)
 	}
-	return seq, ops, n, true
+	return seq, synced, ops, n, true
 }
 
 // field reads a uvarint length and that many bytes.

@@ -52,7 +52,7 @@ func TestWALTornTail(t *testing.T) {
 	w, _ := replayed(t, dir, 0)
 	appendRecords(t, w, 1, 3)
 	// Half of record 4 reaches the disk.
-	rec, _ := encodeRecord(nil, 4, []walOp{{kind: walPut, key: []byte("k4"), value: []byte("v4")}})
+	rec, _ := encodeRecord(nil, 4, 3, []walOp{{kind: walPut, key: []byte("k4"), value: []byte("v4")}})
 	if _, err := w.f.WriteAt(rec[:len(rec)/2], w.off); err != nil {
 		t.Fatal(err)
 	}
