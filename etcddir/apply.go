@@ -2,6 +2,7 @@ package etcddir
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,8 +32,12 @@ var refusals = []error{
 	auth.ErrRootUserNotExist, auth.ErrRootRoleNotExist, auth.ErrUserAlreadyExist, auth.ErrUserEmpty,
 	auth.ErrUserNotFound, auth.ErrRoleAlreadyExist, auth.ErrRoleNotFound, auth.ErrRoleEmpty,
 	auth.ErrPermissionNotGiven, auth.ErrRoleNotGranted, auth.ErrPermissionNotGranted,
-	auth.ErrAuthNotEnabled, auth.ErrInvalidAuthMgmt,
+	auth.ErrAuthNotEnabled, auth.ErrInvalidAuthMgmt, errBadHash,
 }
+
+// errBadHash is a logged password hash that is not base64, which etcd's
+// apply refuses.
+var errBadHash = errors.New("etcd logged a password hash that is not base64")
 
 func (a *applier) apply(ctx context.Context, e *raftpb.Entry) error {
 	switch e.GetType() {
@@ -122,13 +127,18 @@ func (a *applier) request(ctx context.Context, r *pb.InternalRaftRequest) error 
 	return err
 }
 
-// hash is the bcrypt hash etcd logged or, from a client older than etcd
-// 3.5 that sent the password itself, one made now.
+// hash is the bcrypt hash etcd logged, which etcd logs in base64 and
+// decodes as it applies the entry, or, from a client older than etcd 3.5
+// that sent the password itself, one made now: etcd's own choice.
 func (a *applier) hash(hashed string, password string) ([]byte, error) {
-	if hashed != "" {
-		return []byte(hashed), nil
+	if password != "" && hashed == "" {
+		return a.auth.HashPassword(password)
 	}
-	return a.auth.HashPassword(password)
+	h, err := base64.StdEncoding.DecodeString(hashed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadHash, err)
+	}
+	return h, nil
 }
 
 // etcdMember is the part of etcd's member record (its JSON in the
