@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,7 +98,7 @@ func TestSegment(t *testing.T) {
 	// its own.
 	enc.encode(7, times[:1], bytes.Repeat([]byte("an earlier, longer delta "), 1000))
 	data := enc.encode(100, times, []byte("the delta"))
-	seg, err := decodeSegment(data)
+	seg, err := decodeSegment(bytes.NewReader(data), delta{name: "d", first: 100, last: 103})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +142,12 @@ func TestSegment(t *testing.T) {
 	}
 	zw.Write(raw)
 	zw.Close()
-	if seg, err := decodeSegment(old.Bytes()); err != nil || seg.first != 100 || len(seg.times) != 4 {
+	if seg, err := decodeSegment(&old, delta{name: "d", first: 100, last: 103}); err != nil || seg.first != 100 || len(seg.times) != 4 {
 		t.Fatalf("a default-level stream: %v", err)
 	} else {
 		seg.close()
 	}
-	if _, err := decodeSegment([]byte("not zstd")); err == nil {
+	if _, err := decodeSegment(strings.NewReader("not zstd"), delta{name: "d", first: 100, last: 103}); err == nil {
 		t.Fatal("a damaged segment was read")
 	}
 }

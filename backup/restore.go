@@ -191,19 +191,18 @@ func applyChain(ctx context.Context, b *snapshot.Bucket, dir string, pl plan, p 
 	res := Restored{Revision: pl.full.rev, Full: pl.full.name}
 	err = func() error {
 		for _, d := range pl.deltas {
-			data, err := b.Get(ctx, d.name)
+			f, err := b.Open(ctx, d.name, filepath.Dir(dir))
 			if err != nil {
 				return err
 			}
-			seg, err := decodeSegment(data)
+			seg, err := decodeSegment(f, d)
 			if err != nil {
-				return fmt.Errorf("%s: %w", d.name, err)
+				f.Close()
+				return err
 			}
 			err = func() error {
+				defer f.Close()
 				defer seg.close()
-				if seg.first != d.first || int64(len(seg.times)) != d.last-d.first+1 {
-					return fmt.Errorf("%s: %w: holds revisions %d..%d", d.name, ErrBadSegment, seg.first, seg.first+int64(len(seg.times))-1)
-				}
 				upTo := d.last
 				switch {
 				case pl.target > 0:

@@ -99,30 +99,49 @@ type segmentReader struct {
 	close func()
 }
 
-func decodeSegment(data []byte) (*segmentReader, error) {
-	zr, err := zstd.NewReader(bytes.NewReader(data))
+// maxSegmentRevisions bounds the revisions one segment may hold: a
+// shipper cuts a segment at SegmentBytes (16 MiB), and each revision
+// takes more than four bytes of it.
+const maxSegmentRevisions = 1 << 22
+
+// maxSegmentBytes bounds a segment's content once decompressed, so that
+// a small object cannot expand without end: a segment is cut at 16 MiB,
+// past which it grows only by its last revision, and one revision is
+// bounded by what a store can delete at once.
+const maxSegmentBytes = 4 << 30
+
+// decodeSegment reads the segment of the delta object d from r. Nothing
+// in it is trusted before it is checked: it must hold the revisions its
+// name says, and no length it claims is allocated before its bytes are
+// read.
+func decodeSegment(r io.Reader, d delta) (*segmentReader, error) {
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return nil, err
 	}
-	br := bufio.NewReader(zr)
+	br := bufio.NewReader(io.LimitReader(zr, maxSegmentBytes))
+	fail := func(format string, args ...any) (*segmentReader, error) {
+		zr.Close()
+		return nil, fmt.Errorf("%s: %w: %s", d.name, ErrBadSegment, fmt.Sprintf(format, args...))
+	}
 	magic := make([]byte, len(segmentMagic))
 	if _, err := io.ReadFull(br, magic); err != nil || !bytes.Equal(magic, segmentMagic) {
-		zr.Close()
-		return nil, fmt.Errorf("%w: no header", ErrBadSegment)
+		return fail("no header")
 	}
 	first, err1 := binary.ReadUvarint(br)
 	n, err2 := binary.ReadUvarint(br)
-	if err1 != nil || err2 != nil || n > 1<<32 {
-		zr.Close()
-		return nil, fmt.Errorf("%w: bad header", ErrBadSegment)
+	if err1 != nil || err2 != nil {
+		return fail("bad header")
+	}
+	if want := d.last - d.first + 1; int64(first) != d.first || n != uint64(want) || n > maxSegmentRevisions {
+		return fail("holds revisions %d..%d, its name says %d..%d", first, first+n-1, d.first, d.last)
 	}
 	s := &segmentReader{first: int64(first), times: make([]time.Time, 0, n), delta: br, close: zr.Close}
 	var prev int64
 	for range n {
 		d, err := binary.ReadVarint(br)
 		if err != nil {
-			zr.Close()
-			return nil, fmt.Errorf("%w: times cut short", ErrBadSegment)
+			return fail("times cut short")
 		}
 		prev += d
 		s.times = append(s.times, time.Unix(0, prev))

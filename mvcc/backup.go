@@ -277,14 +277,24 @@ func readField(r io.Reader, n uint64, buf []byte) ([]byte, error) {
 	if n > maxBackupField {
 		return nil, fmt.Errorf("%w: field of %d bytes", ErrBadBackup, n)
 	}
-	if uint64(cap(buf)) < n {
-		buf = make([]byte, n)
+	if uint64(cap(buf)) >= n || n <= 1<<20 {
+		if uint64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, truncated(err)
+		}
+		return buf, nil
 	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
+	// A large length is taken on trust only as far as its bytes arrive:
+	// the buffer grows with them, so a length a damaged or hostile file
+	// claims is not allocated before it is read.
+	var b bytes.Buffer
+	if _, err := io.CopyN(&b, r, int64(n)); err != nil {
 		return nil, truncated(err)
 	}
-	return buf, nil
+	return b.Bytes(), nil
 }
 
 func truncated(err error) error {

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,19 +99,57 @@ func (b *Bucket) put(ctx context.Context, name string, r io.ReadSeeker, size int
 	return err
 }
 
-// Get reads the object name whole, checked against the size and SHA-256
-// it was uploaded with, as Download does; for small objects.
+// maxGet bounds what Get reads into memory.
+const maxGet = 1 << 20
+
+// Get reads the small object name whole (at most 1 MiB), checked against
+// the size and SHA-256 it was uploaded with, as Download does.
 func (b *Bucket) Get(ctx context.Context, name string) ([]byte, error) {
-	f, err := os.CreateTemp("", "sett-object-")
+	o, err := b.Stat(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	f.Close()
-	defer os.Remove(f.Name())
-	if err := b.Download(ctx, name, f.Name()); err != nil {
+	if o.Size > maxGet {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d it may be", b.key(name), o.Size, maxGet)
+	}
+	f, err := b.Open(ctx, name, "")
+	if err != nil {
 		return nil, err
 	}
-	return os.ReadFile(f.Name())
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxGet))
+}
+
+// Open downloads the object name, checked as Download checks it, into a
+// file in dir (the system's temporary directory if empty) and returns it
+// open for reading; the file is removed when it is closed. An object too
+// large to read into memory is read from it as a stream.
+func (b *Bucket) Open(ctx context.Context, name, dir string) (io.ReadCloser, error) {
+	tmp, err := os.CreateTemp(dir, ".sett-object-")
+	if err != nil {
+		return nil, err
+	}
+	tmp.Close()
+	path := tmp.Name()
+	if err := b.Download(ctx, name, path); err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return removedOnClose{f}, nil
+}
+
+// removedOnClose is a file removed once closed (Windows removes no open
+// file).
+type removedOnClose struct{ *os.File }
+
+func (f removedOnClose) Close() error {
+	err := f.File.Close()
+	return errors.Join(err, os.Remove(f.Name()))
 }
 
 // Stat describes the object name; a missing one is an error wrapping

@@ -391,7 +391,9 @@ func (b *Bucket) Download(ctx context.Context, name, dst string) error {
 	}
 	defer os.Remove(part) // gone once renamed
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), obj)
+	// A server that sends more than it said it holds is refused, not
+	// written until the disk is full.
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(obj, want.Size+1))
 	if err == nil {
 		err = f.Sync()
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,7 +253,12 @@ func TestS3PutGarbled(t *testing.T) {
 		if err := b.Put(ctx, "object", data, nil); err != nil {
 			t.Fatal(err)
 		}
-		got, err := b.Get(ctx, "object")
+		f, err := b.Open(ctx, "object", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(f)
+		f.Close()
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("%d bytes read back as %d (%v)", size, len(got), err)
 		}
