@@ -13,6 +13,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/internal/cmdline"
 	"github.com/settdb/sett/internal/progress"
+	"github.com/settdb/sett/snapshot"
 )
 
 // defragCommand reclaims the space of deleted and overwritten data, as
@@ -42,6 +43,9 @@ func defrag(c *cli.Context) error {
 	case dir != "":
 		dir, err := embed.StoreDir(dir)
 		if err != nil {
+			return err
+		}
+		if err := snapshot.CheckRestored(dir); err != nil {
 			return err
 		}
 		before, after, err := badger.Defrag(dir, log, progress.New(log, "defragmenting "+dir, "seconds", -1).During)

@@ -170,12 +170,15 @@ func Restore(ctx context.Context, b *snapshot.Bucket, dir string, p Point, opts 
 	}
 	log.Info("restoring from the continuous backup", "bucket", b.Path(Root), "point", p.String(),
 		"full", pl.full.name, "deltas", len(pl.deltas))
-	if _, err := snapshot.RestoreFromBucket(ctx, b, pl.full.name, dir, snapshot.RestoreOptions{Open: opts.Open, Progress: opts.Progress, Log: log}); err != nil {
-		return Restored{}, err
+	// The deltas are applied to the store where the restore builds it,
+	// so that it is in place at dir only once they all are.
+	var res Restored
+	applyDeltas := func(tmp string) error {
+		var err error
+		res, err = applyChain(ctx, b, tmp, pl, p, opts)
+		return err
 	}
-	res, err := applyChain(ctx, b, dir, pl, p, opts)
-	if err != nil {
-		os.RemoveAll(dir)
+	if _, err := snapshot.RestoreFromBucketThen(ctx, b, pl.full.name, dir, snapshot.RestoreOptions{Open: opts.Open, Progress: opts.Progress, Log: log}, applyDeltas); err != nil {
 		return Restored{}, err
 	}
 	log.Info("restored from the continuous backup", "data_dir", dir, "revision", res.Revision, "deltas", res.Deltas)

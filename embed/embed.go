@@ -117,6 +117,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// nothing there.
 	storeDir := dir
 	if cfg.Engine == "badger" {
+		if err := snapshot.CheckRestored(dir); err != nil {
+			return nil, err
+		}
 		if storeDir, err = adopt(ctx, dir, mem, log); err != nil {
 			return nil, err
 		}

@@ -32,8 +32,16 @@ type RestoreOptions struct {
 // Restore restores the snapshot at path, of either format and compressed
 // or not, into the data directory dir, which must not exist or be empty
 // (etcdutl's rule). The store is built beside dir and renamed into place
-// once whole, so a failed restore leaves no half-filled data directory.
+// once whole (see unfinished.go), so a failed or stopped restore leaves no
+// half-filled data directory.
 func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
+	return restoreThen(path, dir, opts, nil)
+}
+
+// restoreThen is Restore, with then (if not nil) run on the restored
+// store before it is moved into place: what it adds is in place with the
+// rest, or, if it fails or is stopped, nowhere.
+func restoreThen(path, dir string, opts RestoreOptions, then func(tmp string) error) (mvcc.BackupInfo, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -64,7 +72,7 @@ func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
 	}
 	log.Info("restoring snapshot", "path", path, "data_dir", dir)
 
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".restore-")
+	tmp, err := beginAside(dir)
 	if err != nil {
 		return mvcc.BackupInfo{}, err
 	}
@@ -84,18 +92,15 @@ func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
 			err = backupErr(path, err)
 		}
 	}
+	if err == nil && then != nil {
+		err = then(tmp)
+	}
+	if err == nil {
+		err = finishAside(tmp, dir)
+	}
 	if err != nil {
 		os.RemoveAll(tmp)
 		return info, err
-	}
-	os.Remove(dir) // empty, if it exists
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		return info, err
-	}
-	if d, err := os.Open(filepath.Dir(dir)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	log.Info("restored snapshot", "path", path, "data_dir", dir, "revision", info.Revision,
 		"compact_revision", info.CompactRevision, "total_keys", info.Entries)
@@ -106,6 +111,14 @@ func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
 // dir, as Restore does. It is downloaded beside dir (a snapshot is as big
 // as the data), verified, restored, and removed.
 func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
+	return RestoreFromBucketThen(ctx, bucket, name, dir, opts, nil)
+}
+
+// RestoreFromBucketThen is RestoreFromBucket, with then (if not nil) run
+// on the restored store, in the directory it is built in, before it is
+// moved into place at dir: a restore that applies more on top of the
+// snapshot is in place whole or not at all.
+func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions, then func(tmp string) error) (mvcc.BackupInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return mvcc.BackupInfo{}, err
 	}
@@ -117,7 +130,7 @@ func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, op
 		return mvcc.BackupInfo{}, err
 	}
 	defer os.Remove(path)
-	return Restore(path, dir, opts)
+	return restoreThen(path, dir, opts, then)
 }
 
 // restoreSett restores the sett backup r into a new store in dir.

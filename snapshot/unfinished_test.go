@@ -1,0 +1,77 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/mvcc"
+)
+
+// TestStoppedRestore: a restore stopped midway (here by a panic in what
+// it applies after the snapshot, where a kill or an OOM could stop it)
+// leaves nothing at the data dir's name, and what it leaves beside it,
+// and the empty data dir, are refused with what they are; the next
+// restore removes what was left and finishes.
+func TestStoppedRestore(t *testing.T) {
+	parent := t.TempDir()
+	snapPath := filepath.Join(parent, "snap.db")
+	{
+		eng, err := badger.Open(badger.Options{Dir: filepath.Join(parent, "source")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := mvcc.Open(eng, mvcc.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFile(store, snapPath); err != nil {
+			t.Fatal(err)
+		}
+		store.Close()
+		eng.Close()
+	}
+	dir := filepath.Join(parent, "data")
+	opts := RestoreOptions{Open: badger.OpenDir}
+
+	var left string
+	func() {
+		defer func() { recover() }()
+		restoreThen(snapPath, dir, opts, func(tmp string) error {
+			left = tmp
+			panic("stopped midway")
+		})
+	}()
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a stopped restore left %s: %v", dir, err)
+	}
+	if err := CheckRestored(left); !errors.Is(err, ErrUnfinished) {
+		t.Errorf("CheckRestored(%s) = %v, want %v", left, err, ErrUnfinished)
+	}
+	if err := CheckRestored(dir); !errors.Is(err, ErrUnfinished) {
+		t.Errorf("CheckRestored of the empty data dir = %v, want %v", err, ErrUnfinished)
+	}
+
+	info, err := Restore(snapPath, dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Revision != 2 {
+		t.Errorf("restored revision %d, want 2", info.Revision)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stopped restore's directory is still there: %v", err)
+	}
+	if err := CheckRestored(dir); err != nil {
+		t.Errorf("CheckRestored of the restored data dir: %v", err)
+	}
+}
