@@ -175,7 +175,9 @@ type Config struct {
 	SnapshotRetention    int
 	// SnapshotS3, when not nil, is the bucket every scheduled snapshot is
 	// uploaded to as well (--snapshot-s3 and --snapshot-s3-*, k3s's
-	// --etcd-s3-*). It needs SnapshotScheduleCron.
+	// --etcd-s3-*), and the one the continuous backup ships to. It needs
+	// SnapshotScheduleCron or BackupInterval (Validate refuses it with
+	// neither).
 	SnapshotS3 *snapshot.S3
 	// BackupInterval, when not zero, ships every committed revision to
 	// the SnapshotS3 bucket continuously, at most this long after its

@@ -28,7 +28,7 @@ type storage struct {
 // openStorage opens the engine --engine names: Badger in dir, or TiKV
 // (in storage_tikv.go, only in a binary built with -tags tikv).
 // noSync turns Badger's fsync off (--unsafe-no-fsync); wal puts sett's
-// write-ahead log in front of it (--experimental-wal).
+// write-ahead log in front of it (--wal, on by default).
 func openStorage(engineName, pdEndpoints, dir string, mem budget, noSync, wal bool, log *slog.Logger) (*storage, error) {
 	switch engineName {
 	case "badger":
