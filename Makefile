@@ -1,4 +1,9 @@
 GO ?= go
+# go.mod's toolchain line names the Go release sett is built and checked
+# with (the oldest without a known vulnerability that reaches sett); auto
+# lets the go command fetch it through the module proxy where an older
+# one is installed, as a machine's go env may say local.
+export GOTOOLCHAIN = auto
 # The in-process benchmarks (bench-inproc) run sett and a real embedded etcd
 # side by side in one process, each for BENCHTIME.
 BENCHTIME ?= 2s
@@ -26,7 +31,7 @@ FUZZTIME ?= 3m
 # your own in $GORACE come after, and win.
 RACE_ENV = GORACE="atexit_sleep_ms=0 $(GORACE)"
 
-.PHONY: build run test test-sett test-tikv bench bench-backup bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e e2e-kine test-etcd-e2e fuzz image nemesis
+.PHONY: build run test vulncheck test-sett test-tikv bench bench-backup bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e e2e-kine test-etcd-e2e fuzz image nemesis
 
 build:
 	$(GO) build -o bin/sett .
@@ -54,6 +59,24 @@ image:
 bin/versitygw: testdata/versitygw/go.mod testdata/versitygw/go.sum
 	cd testdata/versitygw && GOWORK=off CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/versitygw github.com/versity/versitygw/cmd/versitygw
 
+# govulncheck (golang.org/x/vuln) over sett's module, against the Go
+# vulnerability database as of the golang.org/x/vulndb version pinned in
+# testdata/vulncheck (its OSV files, indexed by its own indexdb), so that
+# a known vulnerability in a dependency or the Go release that reaches
+# sett's code turns make test red without a network beyond the module
+# proxy. VULNDB=https://vuln.go.dev checks against the live database.
+VULNDB ?= file://$(CURDIR)/bin/vulndb
+vulncheck: bin/govulncheck bin/vulndb
+	bin/govulncheck -db $(VULNDB) ./...
+
+bin/govulncheck: testdata/vulncheck/go.mod testdata/vulncheck/go.sum
+	cd testdata/vulncheck && GOWORK=off $(GO) build -o $(CURDIR)/bin/govulncheck golang.org/x/vuln/cmd/govulncheck
+
+bin/vulndb: testdata/vulncheck/go.mod testdata/vulncheck/go.sum
+	cd testdata/vulncheck && GOWORK=off $(GO) build -o $(CURDIR)/bin/indexdb golang.org/x/vulndb/cmd/indexdb
+	rm -rf bin/vulndb
+	bin/indexdb -out bin/vulndb -vulns "$$(cd testdata/vulncheck && GOWORK=off $(GO) list -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv"
+
 # sett's own packages under the race detector, and Kubernetes' storage
 # suites against sett alone (k8s-storage K8S_SERVERS=sett), side by side:
 # the suites mostly wait, so together they take little longer than the
@@ -62,6 +85,7 @@ bin/versitygw: testdata/versitygw/go.mod testdata/versitygw/go.sum
 # k8s-storage` runs etcd beside it. test-tikv runs in the first free slot.
 test: bin/etcdctl bin/etcd bin/kine bin/versitygw
 	$(GO) vet ./...
+	$(MAKE) vulncheck
 	$(MAKE) -j2 --output-sync=target K8S_SERVERS=sett test-sett k8s-storage test-tikv
 
 # tests/ runs the sett binary; it is built once, with the race detector.

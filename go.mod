@@ -2,6 +2,8 @@ module github.com/settdb/sett
 
 go 1.26.8
 
+toolchain go1.26.10
+
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/coreos/go-semver v0.3.1
@@ -10,7 +12,7 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0
 	github.com/hanwen/go-fuse/v2 v2.12.1
-	github.com/klauspost/compress v1.20.1
+	github.com/klauspost/compress v1.20.2
 	github.com/lmittmann/tint v1.2.1
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/pingcap/failpoint v0.0.0-20240528011301-b51a646c7c86
@@ -54,7 +56,7 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
-	golang.org/x/image v0.30.0 // indirect
+	golang.org/x/image v0.39.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
