@@ -211,6 +211,7 @@ var flagFields = map[string]struct {
 	"backup-interval":                {"BackupInterval", "1s", nil},
 	"backup-full-interval":           {"BackupFullInterval", "2h", nil},
 	"backup-retention":               {"BackupRetention", "3", nil},
+	"backup-restore-empty":           {"BackupRestoreEmpty", "", []string{"--snapshot-s3", "--backup-interval=1s"}},
 	"snapshot-s3-endpoint":           {"SnapshotS3", "s3.example", []string{"--snapshot-s3"}},
 	"snapshot-s3-endpoint-ca":        {"SnapshotS3", "ca.pem", []string{"--snapshot-s3"}},
 	"snapshot-s3-skip-ssl-verify":    {"SnapshotS3", "", []string{"--snapshot-s3"}},

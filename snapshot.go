@@ -210,6 +210,7 @@ func snapshotFlags(cfg *embed.Config) []cli.Flag {
 		bind(&cli.StringFlag{Name: "snapshot-format", Usage: "sett, or etcd (a bbolt file etcdutl snapshot restore accepts)"}, &cfg.SnapshotFormat),
 		bind(&cli.DurationFlag{Name: "backup-interval", Usage: "ship every committed revision to the --snapshot-s3 bucket continuously, at most this long after its commit (e.g. 1s); 0: off"}, &cfg.BackupInterval),
 		bind(&cli.DurationFlag{Name: "backup-full-interval", Usage: "with --backup-interval: how often a full snapshot starts a new chain of deltas"}, &cfg.BackupFullInterval),
+		bind(&cli.BoolFlag{Name: "backup-restore-empty", Usage: "on an empty data dir (a node that lost its disk), restore the continuous backup's newest point from the --snapshot-s3 bucket before serving; a bucket with no backup yet starts an empty store"}, &cfg.BackupRestoreEmpty),
 		bind(&cli.IntFlag{Name: "backup-retention", Usage: "with --backup-interval: full snapshots the bucket keeps, with the deltas after the oldest (0: all)"}, &cfg.BackupRetention),
 	}, s3Flags(false)...)
 }

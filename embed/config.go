@@ -188,6 +188,14 @@ type Config struct {
 	BackupInterval     time.Duration
 	BackupFullInterval time.Duration
 	BackupRetention    int
+	// BackupRestoreEmpty (--backup-restore-empty) has a server whose data
+	// dir is empty, a node that lost its disk, restore the newest point
+	// of the continuous backup in SnapshotS3 before it serves, so that it
+	// recovers by itself; a bucket that holds no backup yet starts an
+	// empty store, and a chain with a revision missing is refused with
+	// that revision named. A data dir that is not empty is served as it
+	// is. Badger only: TiKV keeps no data in the data dir.
+	BackupRestoreEmpty bool
 
 	// Logger receives the server's log. Nil: one built from LogLevel
 	// ("debug", "info", "warn" or "error"; --log-level, info), LogFormat
@@ -292,6 +300,9 @@ func (c Config) Validate() error {
 	}
 	if c.BackupInterval < 0 || c.BackupFullInterval < 0 || c.BackupRetention < 0 {
 		return errors.New("--backup-interval, --backup-full-interval and --backup-retention cannot be negative")
+	}
+	if c.BackupRestoreEmpty && (c.SnapshotS3 == nil || c.Engine != "badger") {
+		return errors.New("--backup-restore-empty restores an empty Badger data dir from the --snapshot-s3 bucket: it needs --snapshot-s3, and --engine badger (TiKV keeps no data in the data dir)")
 	}
 	if c.BackupInterval > 0 && c.SnapshotS3 == nil {
 		return errors.New("--backup-interval ships to a bucket, but --snapshot-s3 is not set")

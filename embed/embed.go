@@ -116,6 +116,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// dir, beside member/, made from it at the first start. TiKV keeps
 	// nothing there.
 	storeDir := dir
+	if cfg.BackupRestoreEmpty {
+		if err := restoreEmpty(ctx, bucket, dir, log); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Engine == "badger" {
 		if err := snapshot.CheckRestored(dir); err != nil {
 			return nil, err

@@ -413,3 +413,90 @@ func TestBackupCompact(t *testing.T) {
 		t.Fatalf("restore before the only full snapshot: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestBackupRestoreEmpty: a server that lost its disk recovers by itself
+// with --backup-restore-empty: started on an empty data dir it serves
+// the continuous backup's newest point, and on a data dir that is not
+// empty it serves what is there. With the bucket's chain broken, it
+// refuses to start, naming the first missing revision; with no backup in
+// the bucket yet, it starts empty.
+func TestBackupRestoreEmpty(t *testing.T) {
+	if buildTags == "tikv" {
+		t.Skip("--backup-restore-empty is Badger's: TiKV keeps no data in the data dir")
+	}
+	s3 := harness.StartS3(t, "snaps")
+	dir, addr := t.TempDir(), harness.FreeAddr(t)
+
+	// A first start on an empty bucket: nothing to restore.
+	s := spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-restore-empty")...)
+	s.addr = addr
+	cli := harness.NewClient(t, addr)
+	s.awaitReady(cli)
+	var rev int64
+	for i := range 40 {
+		r, err := cli.Put(harness.Context(t), fmt.Sprintf("/k/%02d", i%15), strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+		if i%10 == 0 {
+			await(t, "a delta shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+		}
+	}
+	await(t, "every write shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+	want := rangeAt(t, cli, 0)
+	s.kill()
+
+	// The disk is lost.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	addr = harness.FreeAddr(t)
+	s = spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-restore-empty")...)
+	s.addr = addr
+	cli = harness.NewClient(t, addr)
+	s.awaitReady(cli)
+	if got := rangeAt(t, cli, 0); got != want {
+		t.Fatalf("recovered from the backup:\n%s\nwant:\n%s", got, want)
+	}
+	r, err := cli.Put(harness.Context(t), "/k/after", "x")
+	if err != nil || r.Header.Revision != rev+1 {
+		t.Fatalf("the next write after recovery: %v, %v; want revision %d", r, err, rev+1)
+	}
+	s.stop()
+
+	// Started again, the data dir is not empty: served as it is.
+	addr = harness.FreeAddr(t)
+	s = spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-restore-empty")...)
+	s.addr = addr
+	cli = harness.NewClient(t, addr)
+	s.awaitReady(cli)
+	if g, err := cli.Get(harness.Context(t), "/k/after"); err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("a data dir that is not empty, started again: %v, %v", g, err)
+	}
+	s.stop()
+
+	// A delta in the middle of the chain is lost: an empty data dir is
+	// refused, with the first revision missing.
+	var deltas []string
+	for obj := range s3.Client(t).ListObjects(harness.Context(t), "snaps", minio.ListObjectsOptions{Prefix: "node-a/sett-backup/delta/", Recursive: true}) {
+		deltas = append(deltas, obj.Key)
+	}
+	if len(deltas) < 3 {
+		t.Fatalf("the bucket holds %d deltas, want several: %q", len(deltas), deltas)
+	}
+	slices.Sort(deltas)
+	if err := s3.Client(t).RemoveObject(harness.Context(t), "snaps", deltas[1], minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	out, errOut, code := runSett(t, backupArgs(s3, s3.Endpoint, empty, harness.FreeAddr(t), "--backup-restore-empty")...)
+	if code == 0 || !strings.Contains(out+errOut, "backup chain is broken") || !regexp.MustCompile(`revision \d+ is missing`).MatchString(out+errOut) {
+		t.Fatalf("a broken chain: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(empty); err == nil {
+		if entries, _ := os.ReadDir(empty); len(entries) > 0 {
+			t.Errorf("the refused start left %d entries in the data dir", len(entries))
+		}
+	}
+}
