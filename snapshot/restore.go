@@ -35,71 +35,79 @@ type RestoreOptions struct {
 // once whole (see unfinished.go), so a failed or stopped restore leaves no
 // half-filled data directory.
 func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
-	return restoreThen(path, dir, opts, nil)
+	tmp, err := beginRestore(dir)
+	if err != nil {
+		return mvcc.BackupInfo{}, err
+	}
+	return restoreInto(path, dir, tmp, opts, nil)
 }
 
-// restoreThen is Restore, with then (if not nil) run on the restored
-// store before it is moved into place: what it adds is in place with the
-// rest, or, if it fails or is stopped, nowhere.
-func restoreThen(path, dir string, opts RestoreOptions, then func(tmp string) error) (mvcc.BackupInfo, error) {
+// beginRestore checks that dir is empty or missing and begins the
+// directory a restore into it builds (see beginAside).
+func beginRestore(dir string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("data-dir %q not empty or could not be read", dir)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return "", err
+	}
+	return beginAside(dir)
+}
+
+// restoreInto restores the snapshot at path into tmp, runs then (if not
+// nil) on the restored store, and moves it into place at dir: what then
+// adds is in place with the rest, or, if it fails or is stopped, nowhere.
+// On failure tmp is removed.
+func restoreInto(path, dir, tmp string, opts RestoreOptions, then func(tmp string) error) (info mvcc.BackupInfo, err error) {
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	entries, err := os.ReadDir(dir)
-	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
-		return mvcc.BackupInfo{}, fmt.Errorf("data-dir %q not empty or could not be read", dir)
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return mvcc.BackupInfo{}, err
 	}
 	// A compressed snapshot is unpacked beside the target, where there
 	// must be room for the restore anyway.
 	plain, done, err := Decompressed(path, filepath.Dir(dir))
 	if err != nil {
-		return mvcc.BackupInfo{}, err
+		return info, err
 	}
 	defer done()
 	snap, err := Open(plain)
 	if err != nil {
-		return mvcc.BackupInfo{}, err
+		return info, err
 	}
 	defer snap.Close()
 	if !opts.SkipHashCheck {
 		if err := snap.Verify(); err != nil {
-			return mvcc.BackupInfo{}, err
+			return info, err
 		}
 	}
 	log.Info("restoring snapshot", "path", path, "data_dir", dir)
-
-	tmp, err := beginAside(dir)
-	if err != nil {
-		return mvcc.BackupInfo{}, err
-	}
-	var info mvcc.BackupInfo
 	if snap.IsEtcd() {
 		var ei etcdsnap.Info
 		ei, err = restoreEtcd(tmp, snap, opts)
 		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
 		if err != nil {
-			err = fmt.Errorf("%s: %w", path, err)
+			return info, fmt.Errorf("%s: %w", path, err)
 		}
 	} else {
 		pr := opts.Progress.start("restoring snapshot", "bytes", snap.DataSize())
 		info, err = restoreSett(tmp, &progressReader{r: snap.Data(), p: pr}, opts.Open)
 		pr.Finish()
 		if err != nil {
-			err = backupErr(path, err)
+			return info, backupErr(path, err)
 		}
 	}
-	if err == nil && then != nil {
-		err = then(tmp)
+	if then != nil {
+		if err := then(tmp); err != nil {
+			return info, err
+		}
 	}
-	if err == nil {
-		err = finishAside(tmp, dir)
-	}
-	if err != nil {
-		os.RemoveAll(tmp)
+	if err := finishAside(tmp, dir); err != nil {
 		return info, err
 	}
 	log.Info("restored snapshot", "path", path, "data_dir", dir, "revision", info.Revision,
@@ -117,9 +125,12 @@ func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, op
 // RestoreFromBucketThen is RestoreFromBucket, with then (if not nil) run
 // on the restored store, in the directory it is built in, before it is
 // moved into place at dir: a restore that applies more on top of the
-// snapshot is in place whole or not at all.
+// snapshot is in place whole or not at all. The directory is begun, and
+// marked unfinished, before the download: a restore stopped at any point
+// leaves it.
 func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions, then func(tmp string) error) (mvcc.BackupInfo, error) {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+	tmp, err := beginRestore(dir)
+	if err != nil {
 		return mvcc.BackupInfo{}, err
 	}
 	path := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+"-"+filepath.Base(name))
@@ -127,10 +138,11 @@ func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string
 		opts.Log.Info("downloading snapshot", "name", name, "bucket", bucket.String(), "to", path)
 	}
 	if err := bucket.Download(ctx, name, path); err != nil {
+		os.RemoveAll(tmp)
 		return mvcc.BackupInfo{}, err
 	}
 	defer os.Remove(path)
-	return restoreThen(path, dir, opts, then)
+	return restoreInto(path, dir, tmp, opts, then)
 }
 
 // restoreSett restores the sett backup r into a new store in dir.

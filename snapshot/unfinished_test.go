@@ -46,7 +46,11 @@ func TestStoppedRestore(t *testing.T) {
 	var left string
 	func() {
 		defer func() { recover() }()
-		restoreThen(snapPath, dir, opts, func(tmp string) error {
+		tmp, err := beginRestore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restoreInto(snapPath, dir, tmp, opts, func(tmp string) error {
 			left = tmp
 			panic("stopped midway")
 		})

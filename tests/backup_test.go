@@ -500,3 +500,86 @@ func TestBackupRestoreEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestBackupRestoreKilled: `sett snapshot restore --snapshot-s3` killed
+// (SIGKILL) at any moment leaves nothing a server starts on as if it were
+// whole: sett serve on the data dir either refuses it, naming the restore
+// that did not finish, or serves the backup's newest revision. A restore
+// that applied its deltas in the data dir itself left a store at the
+// full snapshot's revision, or part way through the deltas.
+func TestBackupRestoreKilled(t *testing.T) {
+	s3 := harness.StartS3(t, "snaps")
+	dir, addr := t.TempDir(), harness.FreeAddr(t)
+	s := spawn(t, append(backupArgs(s3, s3.Endpoint, dir, addr), "--backup-interval", "100ms")...)
+	s.addr = addr
+	cli := harness.NewClient(t, addr)
+	s.awaitReady(cli)
+	var rev int64
+	for i := range 300 {
+		r, err := cli.Put(harness.Context(t), fmt.Sprintf("/k/%03d", i%100), strings.Repeat("v", 2000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+		if i%10 == 9 {
+			await(t, "a delta shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+		}
+	}
+	want := rangeAt(t, cli, 0)
+	s.stop()
+
+	refused, whole, empty := 0, 0, 0
+	for attempt := range 6 {
+		restored := filepath.Join(t.TempDir(), "restored")
+		r := spawn(t, restoreArgs(s3, restored)...)
+		// Killed as soon as the data dir appears, or, the later the
+		// attempt, a little after the restore starts.
+		deadline := time.Now().Add(time.Duration(attempt) * 40 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case <-r.exited:
+				break wait
+			default:
+			}
+			if _, err := os.Stat(restored); err == nil && attempt == 0 || attempt > 0 && time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.kill()
+
+		addr := harness.FreeAddr(t)
+		c := spawn(t, "serve", "--data-dir", restored, "--listen-client-urls", "http://"+addr, "--log-format", "json")
+		c.addr = addr
+		c.awaitListening()
+		select {
+		case <-c.exited:
+			if !strings.Contains(c.log(), "did not finish") {
+				t.Fatalf("attempt %d: sett serve on a killed restore exited without saying why:\n%s", attempt, c.logTail())
+			}
+			refused++
+			continue
+		default:
+		}
+		sc := harness.NewClient(t, addr)
+		c.awaitReady(sc)
+		resp, err := sc.Get(harness.Context(t), "/k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch got := rangeAt(t, sc, 0); {
+		case got == want:
+			whole++
+		case resp.Count == 0 && resp.Header.Revision == 1:
+			// Killed before the restore began: no data dir, nothing
+			// beside it, and sett starts an empty store, as it would
+			// had the restore never run.
+			empty++
+		default:
+			t.Fatalf("attempt %d: sett serve on a killed restore serves revision %d, not the backup's newest, %d", attempt, resp.Header.Revision, rev)
+		}
+		c.stop()
+	}
+	t.Logf("of 6 killed restores, %d refused, %d served whole, %d had not begun", refused, whole, empty)
+}
