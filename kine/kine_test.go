@@ -207,9 +207,13 @@ func TestEndpoint(t *testing.T) {
 			s.Close()
 		}
 	}
-	for _, e := range []string{"mysql://u@tcp(db)/k", "/var/lib/state.db", "sqlite://"} {
-		if _, err := openSource(e); !errors.Is(err, ErrEndpoint) {
+	for _, e := range []string{"mysql://u@tcp(db)/k", "/var/lib/state.db", "sqlite://", "mysql://u:hunter2@db/k", "postgres://u:hunter2@db:port/k"} {
+		_, err := openSource(e)
+		if !errors.Is(err, ErrEndpoint) {
 			t.Errorf("%s: %v, want %v", e, err, ErrEndpoint)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: the refusal shows the password: %v", e, err)
 		}
 	}
 }

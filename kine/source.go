@@ -38,7 +38,7 @@ func openSource(endpoint string) (*source, error) {
 	}
 	scheme, rest, ok := strings.Cut(endpoint, "://")
 	if !ok {
-		return nil, fmt.Errorf("%w %q: want sqlite://PATH or postgres://…", ErrEndpoint, endpoint)
+		return nil, fmt.Errorf("%w %q: want sqlite://PATH or postgres://…", ErrEndpoint, redacted(endpoint))
 	}
 	switch scheme {
 	case "sqlite":
@@ -47,7 +47,16 @@ func openSource(endpoint string) (*source, error) {
 	case "postgres", "postgresql":
 		return openPostgres(rest)
 	}
-	return nil, fmt.Errorf("%w %q: sett imports kine's SQLite and Postgres databases only", ErrEndpoint, endpoint)
+	return nil, fmt.Errorf("%w %q: sett imports kine's SQLite and Postgres databases only", ErrEndpoint, redacted(endpoint))
+}
+
+// redacted is an endpoint for a message: its password, if it names one
+// (mysql://user:password@host/db), hidden.
+func redacted(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return endpoint
 }
 
 func openSQLite(path string) (*source, error) {
@@ -79,7 +88,12 @@ func openSQLite(path string) (*source, error) {
 func openPostgres(rest string) (*source, error) {
 	u, err := url.Parse("postgres://" + rest)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)
+		// url.Error quotes the whole endpoint, password and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: postgres://… does not parse: %w", ErrEndpoint, err)
 	}
 	// kine's database is "kubernetes" unless the endpoint names one, and
 	// kine folds the name to lower case, as Postgres does unquoted names.
