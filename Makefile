@@ -210,6 +210,7 @@ test-etcd-e2e: build bin/etcd
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyEncoding$$' -fuzztime $(FUZZTIME) ./mvcc
 	$(GO) test -run '^$$' -fuzz '^FuzzKV$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzOverlaps$$' -fuzztime $(FUZZTIME) ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(FUZZTIME) ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotFile$$' -fuzztime $(FUZZTIME) ./snapshot
 
