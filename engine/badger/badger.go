@@ -224,6 +224,11 @@ func Open(o Options) (*DB, error) {
 	if o.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
 	}
+	if !o.InMemory && !o.NoSync {
+		if err := checkDurable(o.Dir); err != nil {
+			return nil, err
+		}
+	}
 	if !o.InMemory {
 		if err := checkTables(o.Dir); err != nil {
 			return nil, err
