@@ -85,6 +85,34 @@ image:
 image-host:
 	$(MAKE) image IMAGE_PLATFORMS=linux/$$($(GO) env GOARCH)
 
+# Every platform sett ships for (docs/INSTALL.md), checked where make
+# test cannot: go vet ./... for each (test files too, so each
+# platform's build constraints are kept), sett linked for each, the
+# multi-arch image checked whole, and the arm64 tests. .ci/run runs it
+# after make test.
+CROSS_PLATFORMS = $(RELEASE_PLATFORMS)
+define cross-check
+	GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) GOARM=$(patsubst v%,%,$(word 3,$(subst /, ,$(1)))) $(GO) vet ./...
+	GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) GOARM=$(patsubst v%,%,$(word 3,$(subst /, ,$(1)))) $(GO) build -o /dev/null .
+
+endef
+cross: image
+	$(foreach p,$(CROSS_PLATFORMS),$(call cross-check,$(p)))
+	SETT_IMAGE=$(CURDIR)/bin/sett-image SETT_IMAGE_PLATFORMS='$(IMAGE_PLATFORMS)' $(GO) test -count=1 -run '^TestImage$$' ./tests
+	$(MAKE) test-arm64
+
+# The engine's, mvcc's and the server's tests built for linux/arm64 and
+# run under qemu-user (qemu-aarch64-static, Debian's qemu-user-static),
+# some four minutes on two cores. No -race: the race detector needs cgo,
+# and a cross build has none. Skipped there: the trimmer's tests, since
+# qemu-user does not pass madvise(MADV_PAGEOUT) on to the kernel, and
+# the power-cut test, which runs itself again as a child and so needs
+# the kernel to run arm64 binaries itself (binfmt_misc).
+QEMU_AARCH64 ?= qemu-aarch64-static
+test-arm64:
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) test -exec $(QEMU_AARCH64) -count=1 -timeout 20m \
+		-skip '^(TestTrim|TestPowerCut)' ./engine/badger ./mvcc ./server
+
 # versitygw, a real S3 server (Apache-2.0), pinned in testdata/versitygw,
 # for the tests of snapshots in S3.
 bin/versitygw: testdata/versitygw/go.mod testdata/versitygw/go.sum
