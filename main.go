@@ -10,7 +10,6 @@ import (
 
 	"github.com/settdb/sett/configfile"
 	"github.com/settdb/sett/embed"
-	"github.com/settdb/sett/server"
 )
 
 func main() {
@@ -42,7 +41,7 @@ func app() *cli.App {
 		}),
 		Action: func(c *cli.Context) error {
 			if c.Bool("version") {
-				server.WriteVersion(os.Stdout)
+				printVersion(os.Stdout)
 				return nil
 			}
 			return run(c)
@@ -58,7 +57,7 @@ func app() *cli.App {
 				Name:  "version",
 				Usage: "print the version",
 				Action: func(*cli.Context) error {
-					server.WriteVersion(os.Stdout)
+					printVersion(os.Stdout)
 					return nil
 				},
 			},

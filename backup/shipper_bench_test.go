@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,13 +83,4 @@ func BenchmarkShipDelta(b *testing.B) {
 			enc.encode(from+1, times, buf.Bytes())
 		}
 	})
-}
-
-// cpuTime is the CPU this process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -374,6 +375,11 @@ func makeDir(dir string) error {
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
+	}
+	if runtime.GOOS == "windows" {
+		// Windows cannot flush a directory: FlushFileBuffers wants a
+		// handle open for writing, which a directory's is not.
+		return nil
 	}
 	parent, err := os.Open(filepath.Dir(dir))
 	if err != nil {

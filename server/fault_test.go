@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -215,10 +214,11 @@ func TestCommitFaults(t *testing.T) {
 // tmpfs of its own, so root; elsewhere it is skipped.
 func TestDiskFull(t *testing.T) {
 	fs := t.TempDir()
-	if err := syscall.Mount("tmpfs", fs, "tmpfs", 0, "size=96m"); err != nil {
+	unmount, err := mountTmpfs(fs, "size=96m")
+	if err != nil {
 		t.Skipf("cannot mount a size-limited tmpfs here (%v): disk-full behaviour untested", err)
 	}
-	t.Cleanup(func() { syscall.Unmount(fs, 0) })
+	t.Cleanup(unmount)
 	// Space that can be given back later.
 	filler := filepath.Join(fs, "filler")
 	if err := os.WriteFile(filler, make([]byte, 24<<20), 0o600); err != nil {

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // endpoint is one listening address and what it serves. Several URLs
@@ -42,10 +40,10 @@ func (o socketOptions) listenConfig() *net.ListenConfig {
 		var serr error
 		err := c.Control(func(fd uintptr) {
 			if o.reuseAddr {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+				serr = reuseAddr(fd)
 			}
 			if o.reusePort && serr == nil {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+				serr = reusePort(fd)
 			}
 		})
 		if err != nil {

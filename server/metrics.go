@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
@@ -257,14 +256,6 @@ func openFiles() (int, bool) {
 		return 0, false
 	}
 	return len(entries), true
-}
-
-func fileLimit() uint64 {
-	var l unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &l); err != nil {
-		return 0
-	}
-	return l.Cur
 }
 
 func boolf(b bool) float64 {

@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
@@ -122,6 +123,11 @@ func writeFileAtomic(path string, fill func(io.Writer) error) error {
 }
 
 func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		// Windows cannot flush a directory: FlushFileBuffers wants a
+		// handle open for writing, which a directory's is not.
+		return nil
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -23,7 +24,9 @@ import (
 )
 
 // imageDir returns the OCI image layout `make image` writes: $SETT_IMAGE
-// (make test passes bin/sett-image), or one built here the same way.
+// (make test passes bin/sett-image, built for this machine's platform;
+// make cross one built for every platform), or one built here the same
+// way for this machine's.
 var imageDir = sync.OnceValues(func() (string, error) {
 	if dir := os.Getenv("SETT_IMAGE"); dir != "" {
 		return dir, nil
@@ -50,6 +53,7 @@ type ociImage struct {
 	dir    string
 	config struct {
 		Architecture string `json:"architecture"`
+		Variant      string `json:"variant"`
 		OS           string `json:"os"`
 		Config       struct {
 			User         string
@@ -71,6 +75,26 @@ type descriptor struct {
 	Digest      string            `json:"digest"`
 	Size        int64             `json:"size"`
 	Annotations map[string]string `json:"annotations"`
+	Platform    *struct {
+		OS           string `json:"os"`
+		Architecture string `json:"architecture"`
+		Variant      string `json:"variant"`
+	} `json:"platform"`
+}
+
+// platformName is os/arch[/variant].
+func (d descriptor) platformName() string {
+	if d.Platform == nil {
+		return ""
+	}
+	return strings.TrimSuffix(d.Platform.OS+"/"+d.Platform.Architecture+"/"+d.Platform.Variant, "/")
+}
+
+// elfMachines is the machine each platform's binary is built for.
+var elfMachines = map[string]elf.Machine{
+	"linux/amd64":  elf.EM_X86_64,
+	"linux/arm64":  elf.EM_AARCH64,
+	"linux/arm/v7": elf.EM_ARM,
 }
 
 // blob reads a blob and checks it against its descriptor.
@@ -87,13 +111,17 @@ func (img *ociImage) blob(t *testing.T, d descriptor) []byte {
 	return b
 }
 
+// readImage reads the image layout: index.json names one image index,
+// which lists an image per platform. It checks every platform's image
+// (its config says the platform its descriptor says, and its binary is
+// built for it; with $SETT_IMAGE_PLATFORMS, the platforms are those) and
+// returns this machine's.
 func readImage(t *testing.T) *ociImage {
 	t.Helper()
 	dir, err := imageDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := &ociImage{dir: dir}
 	if b, err := os.ReadFile(filepath.Join(dir, "oci-layout")); err != nil || !strings.Contains(string(b), `"1.0.0"`) {
 		t.Fatalf("oci-layout: %s %v", b, err)
 	}
@@ -108,11 +136,54 @@ func readImage(t *testing.T) *ociImage {
 	if index.Manifests[0].Annotations["org.opencontainers.image.ref.name"] == "" {
 		t.Errorf("the image has no tag in index.json: %s", b)
 	}
+	if mt := index.Manifests[0].MediaType; mt != "application/vnd.oci.image.index.v1+json" {
+		t.Fatalf("index.json names a %s, want an image index", mt)
+	}
+	var platforms struct{ Manifests []descriptor }
+	layout := &ociImage{dir: dir}
+	if err := json.Unmarshal(layout.blob(t, index.Manifests[0]), &platforms); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var host *ociImage
+	for _, d := range platforms.Manifests {
+		name := d.platformName()
+		names = append(names, name)
+		img := readPlatform(t, dir, d)
+		if cfg := strings.TrimSuffix(img.config.OS+"/"+img.config.Architecture+"/"+img.config.Variant, "/"); cfg != name {
+			t.Errorf("the image for %s says it is for %s/%s %s", name, img.config.OS, img.config.Architecture, img.config.Variant)
+		}
+		if want, ok := elfMachines[name]; ok {
+			if got := img.machine(t); got != want {
+				t.Errorf("the image for %s holds a binary for %v", name, got)
+			}
+		}
+		if d.Platform.OS == "linux" && d.Platform.Architecture == runtime.GOARCH {
+			host = img
+		}
+	}
+	if want := os.Getenv("SETT_IMAGE_PLATFORMS"); want != "" {
+		w := strings.Fields(want)
+		slices.Sort(w)
+		if got := slices.Sorted(slices.Values(names)); !slices.Equal(got, w) {
+			t.Errorf("the image is for %q, want %q", got, w)
+		}
+	}
+	if host == nil {
+		t.Fatalf("the image is for %q, none of them linux/%s", names, runtime.GOARCH)
+	}
+	return host
+}
+
+// readPlatform reads the image of one platform, checking its blobs.
+func readPlatform(t *testing.T, dir string, d descriptor) *ociImage {
+	t.Helper()
+	img := &ociImage{dir: dir}
 	var manifest struct {
 		Config descriptor
 		Layers []descriptor
 	}
-	if err := json.Unmarshal(img.blob(t, index.Manifests[0]), &manifest); err != nil {
+	if err := json.Unmarshal(img.blob(t, d), &manifest); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(img.blob(t, manifest.Config), &img.config); err != nil {
@@ -137,6 +208,45 @@ func readImage(t *testing.T) *ociImage {
 		img.layers = append(img.layers, l.Digest)
 	}
 	return img
+}
+
+// machine returns the machine the image's sett binary is built for.
+func (img *ociImage) machine(t *testing.T) elf.Machine {
+	t.Helper()
+	for _, digest := range img.layers {
+		b, err := os.ReadFile(filepath.Join(img.dir, "blobs", "sha256", strings.TrimPrefix(digest, "sha256:")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(zr)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Name != "usr/local/bin/sett" {
+				continue
+			}
+			exe, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := elf.NewFile(bytes.NewReader(exe))
+			if err != nil {
+				t.Fatalf("usr/local/bin/sett: %v", err)
+			}
+			return f.Machine
+		}
+	}
+	t.Fatal("no usr/local/bin/sett in the image")
+	return 0
 }
 
 // extract unpacks the layers into dir (files, directories, symbolic

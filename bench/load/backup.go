@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -566,7 +568,7 @@ func (b *bench) runSett(ctx context.Context, args ...string) (settRun, error) {
 	ps := cmd.ProcessState
 	r.cpu = ps.UserTime() + ps.SystemTime()
 	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		r.maxRSS = ru.Maxrss << 10 // KiB on Linux
+		r.maxRSS = int64(ru.Maxrss) << 10 // KiB on Linux
 	}
 	return r, nil
 }

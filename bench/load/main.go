@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command load is sett's process benchmark (`make bench`). It runs
 // bin/sett and a real etcd (bin/etcd) each as its own process on fresh temp
 // data dirs, drives both with the same workloads from this one process

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package process runs an etcd-API server, bin/sett or a real etcd, as a
 // child process of a benchmark on a loopback port and its own data dir,
 // and reads what the server alone uses from /proc: CPU, RSS, open files,
@@ -5,6 +7,10 @@
 // and the soak (bench/soak) share it, so both measure a server the same
 // way. It also runs versitygw, a real S3 server, as a process of its own
 // for sett's continuous backup to ship to (s3.go).
+//
+// It, and the benchmark and soak built on it, are Linux only: what they
+// measure comes from /proc, and a server they start dies with them
+// (Pdeathsig). sett itself builds and runs elsewhere too.
 package process
 
 import (

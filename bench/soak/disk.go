@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -86,9 +88,9 @@ func (r *run) diskFull(ctx context.Context) (note string, err error) {
 	if err := syscall.Statfs(r.disk, &st); err != nil {
 		return "", fmt.Errorf("statfs %s: %w", r.disk, err)
 	}
-	size := int64(st.Bavail)*st.Bsize - diskLeft
+	size := int64(st.Bavail)*int64(st.Bsize) - diskLeft
 	if size <= 0 {
-		return "", fmt.Errorf("%s has %d bytes free, less than the %d to leave", r.disk, int64(st.Bavail)*st.Bsize, diskLeft)
+		return "", fmt.Errorf("%s has %d bytes free, less than the %d to leave", r.disk, int64(st.Bavail)*int64(st.Bsize), diskLeft)
 	}
 	f, err := os.Create(ballast)
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command soak runs bin/sett, and a real etcd beside it for reference,
 // each as its own process under the churn of a small Kubernetes cluster
 // for a long stretch (`make soak`, an hour by default), and checks that

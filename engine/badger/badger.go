@@ -226,6 +226,11 @@ func Open(o Options) (*DB, error) {
 	if o.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
 	}
+	if !o.InMemory && !o.NoSync {
+		if err := checkDurable(o.Dir); err != nil {
+			return nil, err
+		}
+	}
 	var lock *dirLock
 	if !o.InMemory {
 		var err error

@@ -182,7 +182,7 @@ func (d *DB) syncFiles(patterns ...string) error {
 		if err != nil {
 			return err
 		}
-		err = f.Sync()
+		err = syncMapped(f)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("sync %s: %w", filepath.Base(name), err)

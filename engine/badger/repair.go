@@ -88,7 +88,7 @@ func forgetLostTables(dir string, log *slog.Logger) ([]uint64, error) {
 	if _, err := f.WriteAt(rec, end); err != nil {
 		return nil, err
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		return nil, err
 	}
 	log.Warn("the MANIFEST named memtable flushes whose tables a power cut took; Badger rebuilds them from the memtable logs",
@@ -134,16 +134,4 @@ func dropEmptyLogs(dir string) ([]string, error) {
 		}
 	}
 	return dropped, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync data dir: %w", err)
-	}
-	return nil
 }

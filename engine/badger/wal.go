@@ -14,17 +14,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 )
 
 // The write-ahead log sett keeps in front of Badger when Badger commits
 // without syncing (Options.WAL). Each commit's writes are one record,
 // appended with write(2) to a preallocated segment file and made durable
-// with one fdatasync, which any number of commits written meanwhile
-// share. The log, not Badger, is then the durable record of a commit:
-// Badger's memtable log and value log reach the disk only at a
-// checkpoint, or when Badger flushes a memtable to a table.
+// with one fdatasync (F_FULLFSYNC on macOS, see fsync_darwin.go), which
+// any number of commits written meanwhile share. The log, not Badger,
+// is then the durable record of a commit: Badger's memtable log and
+// value log reach the disk only at a checkpoint, or when Badger flushes
+// a memtable to a table.
 //
 // A record is
 //
@@ -311,7 +310,7 @@ func cutTail(f *os.File, end, size int64) error {
 	if err := f.Truncate(end); err != nil {
 		return fmt.Errorf("cut write-ahead log tail: %w", err)
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := syncData(f); err != nil {
 		return fmt.Errorf("cut write-ahead log tail: %w", err)
 	}
 	return allocate(f, size)
@@ -319,10 +318,10 @@ func cutTail(f *os.File, end, size int64) error {
 
 // allocate gives f size bytes of zeros, durably.
 func allocate(f *os.File, size int64) error {
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+	if err := preallocate(f, size); err != nil {
 		return fmt.Errorf("allocate write-ahead log segment: %w", err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		return fmt.Errorf("sync write-ahead log segment: %w", err)
 	}
 	return nil
@@ -412,7 +411,7 @@ func (w *wal) append(seq uint64, ops []walOp) (int64, error) {
 // only the last segment may end torn.
 func (w *wal) rotate() error {
 	w.syncMu.Lock()
-	err := unix.Fdatasync(int(w.f.Fd()))
+	err := syncData(w.f)
 	if err == nil {
 		storeMax(&w.synced, w.written.Load())
 	}
@@ -447,7 +446,7 @@ func (w *wal) sync(seq uint64) error {
 	if w.synced.Load() >= seq {
 		return nil
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := syncData(f); err != nil {
 		return w.fail(fmt.Errorf("sync write-ahead log: %w", err))
 	}
 	storeMax(&w.synced, target)

@@ -1,11 +1,19 @@
 // Command image writes sett's container image without Docker or a
-// registry: one layer holding a static sett binary (also named etcd,
-// the command kubeadm's etcd static pod runs), the /etc/passwd and
-// /etc/group entries of its non-root user, a CA bundle for https S3
-// endpoints, and the data directory, as an OCI image layout directory
-// and the same layout as a tar file. The tar also carries Docker's
-// manifest.json, so `docker load`, `podman load`, `skopeo copy
-// oci-archive:` and `kind load image-archive` all take it.
+// registry: for each platform, one layer holding a static sett binary
+// (also named etcd, the command kubeadm's etcd static pod runs), the
+// /etc/passwd and /etc/group entries of its non-root user, a CA bundle
+// for https S3 endpoints, and the data directory. The images go into an
+// OCI image layout directory, whose index.json names one image index
+// listing every platform, and the same layout as a tar file. The tar
+// also carries Docker's manifest.json, so `docker load`, `podman load`,
+// `skopeo copy oci-archive:` and `kind load image-archive` all take it.
+//
+// docker load without the containerd image store reads manifest.json
+// only, which cannot say which image is for which platform: there the
+// tag goes to the image for the platform of the machine running this
+// command, and every image also gets a tag of its own platform's
+// (0.1.0-arm64, 0.1.0-armv7). The containerd store, podman and kind read
+// the index and pick the platform they run on.
 //
 // The image is built from nothing (no base image to pull): a static,
 // CGO-free Go binary needs no libc, and the few files it does read are
@@ -13,7 +21,10 @@
 // sorted entries), so the image's digest changes only when the binary
 // or this program does.
 //
-//	go run ./tools/image -bin bin/sett-static -out bin/sett-image -tar bin/sett-image.tar -tag 0.1.0
+//	go run ./tools/image -out bin/sett-image -tar bin/sett-image.tar -tag 0.1.0 \
+//		linux/amd64=bin/build/linux-amd64/sett linux/arm64=bin/build/linux-arm64/sett
+//
+// With no platform=binary arguments, -bin is the binary for linux/-arch.
 package main
 
 import (
@@ -33,6 +44,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -52,9 +64,17 @@ func main() {
 	tag := flag.String("tag", "latest", "the image's tag")
 	repo := flag.String("repo", "docker.io/settdb/sett", "the image's repository name")
 	caFile := flag.String("ca", "/etc/ssl/certs/ca-certificates.crt", "CA bundle to put in the image (empty: none)")
-	arch := flag.String("arch", runtime.GOARCH, "the binary's architecture")
+	arch := flag.String("arch", runtime.GOARCH, "the architecture of -bin")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: image [flags] [linux/arch[/variant]=binary...]")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
-	if err := build(*bin, *out, *tarPath, *repo, *tag, *caFile, *arch); err != nil {
+	bins := flag.Args()
+	if len(bins) == 0 {
+		bins = []string{"linux/" + *arch + "=" + *bin}
+	}
+	if err := build(bins, *out, *tarPath, *repo, *tag, *caFile); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -93,12 +113,40 @@ func (b blob) descriptor(annotations map[string]string) map[string]any {
 	return d
 }
 
-func build(binPath, out, tarPath, repo, tag, caFile, arch string) error {
-	when, err := epoch()
-	if err != nil {
-		return err
+// platform is what an image runs on, as an OCI index names it.
+type platform struct {
+	OS           string `json:"os"`
+	Architecture string `json:"architecture"`
+	Variant      string `json:"variant,omitempty"`
+}
+
+func (p platform) String() string {
+	return strings.TrimSuffix(p.OS+"/"+p.Architecture+"/"+p.Variant, "/")
+}
+
+// parsePlatform reads linux/arch[/variant].
+func parsePlatform(s string) (platform, error) {
+	f := strings.Split(s, "/")
+	if len(f) < 2 || len(f) > 3 || f[0] != "linux" || f[1] == "" {
+		return platform{}, fmt.Errorf("platform %q: want linux/arch[/variant]", s)
 	}
-	exe, err := os.ReadFile(binPath)
+	p := platform{OS: f[0], Architecture: f[1]}
+	if len(f) == 3 {
+		p.Variant = f[2]
+	}
+	return p, nil
+}
+
+// image is one platform's image: its layer, config and manifest.
+type image struct {
+	platform                platform
+	layer, config, manifest blob
+}
+
+// build writes the image of each platform=binary argument, and the
+// index over them, to out (and tarPath).
+func build(bins []string, out, tarPath, repo, tag, caFile string) error {
+	when, err := epoch()
 	if err != nil {
 		return err
 	}
@@ -108,9 +156,119 @@ func build(binPath, out, tarPath, repo, tag, caFile, arch string) error {
 			return fmt.Errorf("CA bundle: %w (give -ca '' for an image without one)", err)
 		}
 	}
-	layerTar, err := layer(exe, ca, when)
+	var images []image
+	for _, arg := range bins {
+		spec, binPath, ok := strings.Cut(arg, "=")
+		if !ok {
+			return fmt.Errorf("%q: want linux/arch[/variant]=binary", arg)
+		}
+		p, err := parsePlatform(spec)
+		if err != nil {
+			return err
+		}
+		for _, img := range images {
+			if img.platform == p {
+				return fmt.Errorf("platform %s given twice", p)
+			}
+		}
+		exe, err := os.ReadFile(binPath)
+		if err != nil {
+			return err
+		}
+		img, err := platformImage(p, exe, ca, tag, when)
+		if err != nil {
+			return err
+		}
+		images = append(images, img)
+	}
+	// The index lists the platforms sorted, so that it does not depend
+	// on the order of the arguments.
+	sort.Slice(images, func(i, j int) bool { return images[i].platform.String() < images[j].platform.String() })
+
+	var manifests []any
+	for _, img := range images {
+		d := img.manifest.descriptor(nil)
+		d["platform"] = img.platform
+		manifests = append(manifests, d)
+	}
+	indexBlob, err := jsonBlob("application/vnd.oci.image.index.v1+json", map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.index.v1+json",
+		"manifests":     manifests,
+	})
 	if err != nil {
 		return err
+	}
+	name := repo + ":" + tag
+	index, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.index.v1+json",
+		"manifests": []any{indexBlob.descriptor(map[string]string{
+			// The tag, for skopeo and podman; the full name, for
+			// containerd (kind load, ctr import).
+			"org.opencontainers.image.ref.name": tag,
+			"io.containerd.image.name":          name,
+		})},
+	})
+	if err != nil {
+		return err
+	}
+	// Docker's own manifest, which docker load reads: the tag goes to
+	// the image of this machine's platform (or the first, if it has
+	// none), and each image has a tag of its own platform's.
+	host := 0
+	for i, img := range images {
+		if img.platform.Architecture == runtime.GOARCH {
+			host = i
+		}
+	}
+	var entries []map[string]any
+	for i, img := range images {
+		tags := []string{name + "-" + img.platform.Architecture + img.platform.Variant}
+		if i == host {
+			tags = append([]string{name}, tags...)
+		}
+		entries = append(entries, map[string]any{
+			"Config":   blobPath(img.config),
+			"RepoTags": tags,
+			"Layers":   []string{blobPath(img.layer)},
+		})
+	}
+	dockerManifest, err := json.Marshal(entries)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"oci-layout":        []byte(`{"imageLayoutVersion":"1.0.0"}`),
+		"index.json":        index,
+		blobPath(indexBlob): indexBlob.data,
+	}
+	for _, img := range images {
+		for _, b := range []blob{img.layer, img.config, img.manifest} {
+			files[blobPath(b)] = b.data
+		}
+	}
+	if err := writeLayout(out, files); err != nil {
+		return err
+	}
+	if tarPath != "" {
+		files["manifest.json"] = dockerManifest
+		if err := writeTar(tarPath, files, when); err != nil {
+			return err
+		}
+	}
+	for _, img := range images {
+		fmt.Printf("image %s %s %s\n", name, img.platform, img.manifest.digest())
+	}
+	fmt.Printf("index %s %s: %s\n", name, indexBlob.digest(), out)
+	return nil
+}
+
+// platformImage builds the image of one platform around exe.
+func platformImage(p platform, exe, ca []byte, tag string, when time.Time) (image, error) {
+	layerTar, err := layer(exe, ca, when)
+	if err != nil {
+		return image{}, err
 	}
 	diffID := sha256.Sum256(layerTar)
 	var gz bytes.Buffer
@@ -118,15 +276,15 @@ func build(binPath, out, tarPath, repo, tag, caFile, arch string) error {
 	zw.ModTime = time.Unix(0, 0) // no name, no time: the same bytes each build
 	zw.Write(layerTar)
 	if err := zw.Close(); err != nil {
-		return err
+		return image{}, err
 	}
 	layerBlob := blob{"application/vnd.oci.image.layer.v1.tar+gzip", gz.Bytes()}
 
 	created := when.Format(time.RFC3339)
 	config := map[string]any{
 		"created":      created,
-		"architecture": arch,
-		"os":           "linux",
+		"architecture": p.Architecture,
+		"os":           p.OS,
 		"config": map[string]any{
 			"User":       fmt.Sprintf("%d:%d", uid, uid),
 			"Entrypoint": []string{binDir + "/sett"},
@@ -154,9 +312,12 @@ func build(binPath, out, tarPath, repo, tag, caFile, arch string) error {
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
 		"history": []map[string]string{{"created": created, "created_by": "sett tools/image: the sett binary, its user, CA certificates"}},
 	}
+	if p.Variant != "" {
+		config["variant"] = p.Variant
+	}
 	configBlob, err := jsonBlob("application/vnd.oci.image.config.v1+json", config)
 	if err != nil {
-		return err
+		return image{}, err
 	}
 	manifestBlob, err := jsonBlob("application/vnd.oci.image.manifest.v1+json", map[string]any{
 		"schemaVersion": 2,
@@ -165,49 +326,9 @@ func build(binPath, out, tarPath, repo, tag, caFile, arch string) error {
 		"layers":        []any{layerBlob.descriptor(nil)},
 	})
 	if err != nil {
-		return err
+		return image{}, err
 	}
-	name := repo + ":" + tag
-	index, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests": []any{manifestBlob.descriptor(map[string]string{
-			// The tag, for skopeo and podman; the full name, for
-			// containerd (kind load, ctr import).
-			"org.opencontainers.image.ref.name": tag,
-			"io.containerd.image.name":          name,
-		})},
-	})
-	if err != nil {
-		return err
-	}
-	// Docker's own manifest, which docker load reads.
-	dockerManifest, err := json.Marshal([]map[string]any{{
-		"Config":   blobPath(configBlob),
-		"RepoTags": []string{name},
-		"Layers":   []string{blobPath(layerBlob)},
-	}})
-	if err != nil {
-		return err
-	}
-	files := map[string][]byte{
-		"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`),
-		"index.json": index,
-	}
-	for _, b := range []blob{layerBlob, configBlob, manifestBlob} {
-		files[blobPath(b)] = b.data
-	}
-	if err := writeLayout(out, files); err != nil {
-		return err
-	}
-	if tarPath != "" {
-		files["manifest.json"] = dockerManifest
-		if err := writeTar(tarPath, files, when); err != nil {
-			return err
-		}
-	}
-	fmt.Printf("image %s %s: %s\n", name, manifestBlob.digest(), out)
-	return nil
+	return image{platform: p, layer: layerBlob, config: configBlob, manifest: manifestBlob}, nil
 }
 
 func jsonBlob(mediaType string, v any) (blob, error) {

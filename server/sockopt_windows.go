@@ -1,0 +1,17 @@
+package server
+
+import "errors"
+
+// Windows has no SO_REUSEPORT, and its SO_REUSEADDR lets another socket
+// take over a port in use, which is not what etcd's flag asks for: both
+// are refused, as etcd refuses them there.
+func reuseAddr(uintptr) error {
+	return errors.New("--socket-reuse-address is not supported on Windows")
+}
+
+func reusePort(uintptr) error {
+	return errors.New("--socket-reuse-port is not supported on Windows")
+}
+
+// fileLimit is 0: Windows has no limit on open handles to report.
+func fileLimit() uint64 { return 0 }
