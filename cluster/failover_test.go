@@ -120,7 +120,9 @@ func startPeerConfig(t testing.TB, eng engine.Engine, name string, cfg peerConfi
 	if cfg.tls != nil {
 		scfg.TLS = *cfg.tls
 	}
-	m.srv = server.New(scfg, m.store, hub, lessor, eng)
+	if m.srv, err = server.New(scfg, m.store, hub, lessor, eng); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

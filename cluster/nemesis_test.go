@@ -268,7 +268,10 @@ func (m *nemesisMember) start() {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	srv := server.New(server.Config{Name: m.name, ListenClientURLs: []string{url}, Logger: log, Cluster: el, Auth: as}, store, hub, lessor, m.eng)
+	srv, err := server.New(server.Config{Name: m.name, ListenClientURLs: []string{url}, Logger: log, Cluster: el, Auth: as}, store, hub, lessor, m.eng)
+	if err != nil {
+		m.t.Fatal(err)
+	}
 	// The port was this member's before; another process may hold it
 	// for a moment after a stop.
 	for i := 0; ; i++ {

@@ -267,7 +267,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if election != nil {
 		scfg.Cluster, scfg.ClusterToken = election, cfg.InitialClusterToken
 	}
-	s.srv = server.New(scfg, store, hub, lessor, db)
+	if s.srv, err = server.New(scfg, store, hub, lessor, db); err != nil {
+		return nil, err
+	}
 	serving := false
 	s.undo = append(s.undo, func() error {
 		if !serving {

@@ -61,7 +61,10 @@ func startSett(t *testing.T, cfg server.Config) string {
 		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
 	}
 	cfg.Logger = quiet()
-	srv := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quiet()}), db)
+	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quiet()}), db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,10 @@ func serveOnTokens(t testing.TB, dir string, db engine.Engine, cfg server.Config
 			t.Fatal(err)
 		}
 	}
-	srv := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -131,8 +131,11 @@ func TestListenClientHTTPURLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	srv := server.New(server.Config{ListenClientURLs: []string{same}, ListenClientHTTPURLs: []string{same}, Logger: quietLogger()},
+	srv, err := server.New(server.Config{ListenClientURLs: []string{same}, ListenClientHTTPURLs: []string{same}, Logger: quietLogger()},
 		store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Listen(); err == nil || !strings.Contains(err.Error(), "cannot bind both") {
 		t.Errorf("one address for both: %v", err)
 	}

@@ -223,8 +223,9 @@ type Server struct {
 
 // New builds a server over store, whose committed events reach watchers
 // through hub and whose leases run out as lessor decides. sizer reports
-// the database size.
-func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Sizer) *Server {
+// the database size. It opens no socket (Listen does); an error is one of
+// what it builds in process: the auth store, the gateway's connection.
+func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Sizer) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -265,11 +266,10 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 		tokens, _ := auth.NewTokens("simple", 0)
 		a, err := auth.Open(store, tokens, 0)
 		if err != nil {
-			panic(fmt.Sprintf("server: open auth: %v", err))
+			return nil, fmt.Errorf("open auth: %w", err)
 		}
 		cfg.Auth = a
 	}
-	hub.Start(store)
 	s := &Server{
 		auth:     cfg.Auth,
 		cfg:      cfg,
@@ -329,7 +329,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	loop, err := newLoopback(cfg.MaxRequestBytes)
 	if err != nil {
-		panic(fmt.Sprintf("server: in-process connection: %v", err))
+		return nil, fmt.Errorf("in-process connection: %w", err)
 	}
 	s.loop, s.recipes = loop, newRecipeClient(loop)
 	epb.RegisterElectionServer(s.grpc, &electionServer{s: s, c: s.recipes})
@@ -339,14 +339,18 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	if !cfg.DisableGateway {
 		gateway, err := s.gateway()
 		if err != nil {
-			panic(fmt.Sprintf("server: gateway: %v", err))
+			loop.close()
+			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		s.http = withGateway(gateway, s.metricsHTTP)
 	}
 	s.clientHTTP = s.accessControl(s.http)
 	// Every method's series from the start, at zero, as etcd has them.
 	s.metrics.grpc.InitializeMetrics(s.grpc)
-	return s
+	// Last: a hub started feeds watchers until the server stops, and a
+	// New that fails has nothing to stop.
+	hub.Start(store)
+	return s, nil
 }
 
 // MemberID is the member ID of a member named name.

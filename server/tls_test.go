@@ -238,7 +238,10 @@ func listenOnly(t *testing.T, cfg server.Config) error {
 	}
 	defer store.Close()
 	cfg.Logger = quietLogger()
-	srv := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	err = srv.Listen()
 	if err == nil {
 		ctx, cancel := context.WithCancel(context.Background())
