@@ -2,6 +2,7 @@ package harness
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -14,8 +15,12 @@ import (
 // Etcd says how StartEtcd runs the reference etcd; the zero value is a
 // fresh member on a temporary data dir with simple tokens.
 type Etcd struct {
-	// Dir is the data dir; empty: a new temporary one.
+	// Dir is the data dir; empty: a new temporary one (EmbedEtcd needs
+	// one).
 	Dir string
+	// ClientAddr is the host:port it serves clients on over plain http;
+	// empty: a free loopback port.
+	ClientAddr string
 	// PeerURL is the member's peer URL (a restored data dir remembers
 	// its own); empty: a free loopback port.
 	PeerURL string
@@ -32,21 +37,33 @@ func StartEtcd(t testing.TB, opts Etcd) string {
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
+	e, addr, err := EmbedEtcd(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return addr
+}
+
+// EmbedEtcd is StartEtcd for a program that is not a test, or for an
+// etcd that outlives one test, as the benchmarks share theirs: it
+// returns once etcd is ready, and the caller closes it.
+func EmbedEtcd(opts Etcd) (e *embed.Etcd, addr string, err error) {
 	// A free port can be taken by another process before etcd binds it,
 	// on a machine busy with other tests: then etcd starts again, on
 	// other ports.
 	for attempt := 1; ; attempt++ {
-		addr, err := startEtcd(t, opts)
-		if err == nil {
-			return addr
-		}
-		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			t.Fatal(err)
+		e, addr, err = embedEtcd(opts)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return e, addr, err
 		}
 	}
 }
 
-func startEtcd(t testing.TB, opts Etcd) (string, error) {
+func embedEtcd(opts Etcd) (*embed.Etcd, string, error) {
+	if opts.Dir == "" {
+		return nil, "", errors.New("embedded etcd: no data dir")
+	}
 	cfg := embed.NewConfig()
 	cfg.Dir = opts.Dir
 	if opts.AuthToken != "" {
@@ -57,14 +74,28 @@ func startEtcd(t testing.TB, opts Etcd) (string, error) {
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"/dev/null"}
-	peer := opts.PeerURL
-	if peer == "" {
-		peer = "http://" + FreeAddr(t)
+	client, peer := opts.ClientAddr, opts.PeerURL
+	if client == "" {
+		a, err := PickAddr()
+		if err != nil {
+			return nil, "", err
+		}
+		client = a
 	}
-	cu, _ := url.Parse("http://" + FreeAddr(t))
+	if peer == "" {
+		a, err := PickAddr()
+		if err != nil {
+			return nil, "", err
+		}
+		peer = "http://" + a
+	}
+	cu, err := url.Parse("http://" + client)
+	if err != nil {
+		return nil, "", err
+	}
 	pu, err := url.Parse(peer)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
@@ -74,13 +105,16 @@ func startEtcd(t testing.TB, opts Etcd) (string, error) {
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	t.Cleanup(e.Close)
 	select {
 	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		return "", errors.New("embedded etcd did not become ready")
+		return e, cu.Host, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, "", fmt.Errorf("embedded etcd failed: %w", err)
+	case <-time.After(time.Minute):
+		e.Close()
+		return nil, "", errors.New("embedded etcd did not become ready")
 	}
-	return cu.Host, nil
 }
