@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -43,36 +45,15 @@ func StartS3(t testing.TB, buckets ...string) *S3 {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint,
-		"--region", "us-east-1", "--quiet", "posix", s.Dir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	cmd, exited, err := StartVersitygw(bin, *s, logf, nil)
+	if err != nil {
+		b, _ := os.ReadFile(logf.Name())
+		t.Fatalf("%v:\n%s", err, b)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-exited
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.Endpoint, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("versitygw exited before listening:\n%s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not listen within 30s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	cli := s.Client(t)
 	for _, b := range buckets {
 		if err := cli.MakeBucket(Context(t), b, minio.MakeBucketOptions{}); err != nil {
@@ -80,6 +61,48 @@ func StartS3(t testing.TB, buckets ...string) *S3 {
 		}
 	}
 	return s
+}
+
+// versitygwReady bounds how long versitygw may take to listen.
+const versitygwReady = 30 * time.Second
+
+// StartVersitygw runs bin, versitygw, as s says: its posix backend on
+// s.Dir, plain http on s.Endpoint, s's keys as its one user; its stdout
+// and stderr go to out. configure, if not nil, changes anything else
+// before it starts. It returns once versitygw listens, with a channel
+// closed when it has exited and been waited for; if it exits first or
+// does not listen within 30 seconds, it is killed and an error returned.
+func StartVersitygw(bin string, s S3, out io.Writer, configure func(*exec.Cmd)) (*exec.Cmd, <-chan struct{}, error) {
+	cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint,
+		"--region", "us-east-1", "--quiet", "posix", s.Dir)
+	cmd.Stdout, cmd.Stderr = out, out
+	if configure != nil {
+		configure(cmd)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(versitygwReady)
+	for {
+		c, err := net.DialTimeout("tcp", s.Endpoint, time.Second)
+		if err == nil {
+			c.Close()
+			return cmd, exited, nil
+		}
+		select {
+		case <-exited:
+			return nil, nil, errors.New("versitygw exited before listening")
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return nil, nil, fmt.Errorf("versitygw did not listen within %v: %w", versitygwReady, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Client is a client of the server with its credentials.
