@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -336,9 +337,10 @@ type peerProc struct {
 	exited chan struct{}
 }
 
-// startPeerProc runs exe with args, serving clients at addr, and waits up
+// startPeerProc runs a server with start, which starts it with its
+// stdout and stderr going to out, serving clients at addr, and waits up
 // to wait until it answers a read.
-func startPeerProc(t *testing.T, name, exe, addr string, wait time.Duration, args ...string) *peerProc {
+func startPeerProc(t *testing.T, name, addr string, wait time.Duration, start func(out io.Writer) (*exec.Cmd, error)) *peerProc {
 	t.Helper()
 	logf := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logf)
@@ -346,9 +348,8 @@ func startPeerProc(t *testing.T, name, exe, addr string, wait time.Duration, arg
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	cmd, err := start(f)
+	if err != nil {
 		t.Fatal(err)
 	}
 	p := &peerProc{t: t, name: name, cmd: cmd, addr: addr, logf: logf, exited: make(chan struct{})}

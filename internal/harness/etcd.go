@@ -3,7 +3,9 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +119,40 @@ func embedEtcd(opts Etcd) (*embed.Etcd, string, error) {
 		e.Close()
 		return nil, "", errors.New("embedded etcd did not become ready")
 	}
+}
+
+// EtcdProcess says how StartEtcdProcess runs an etcd server binary.
+type EtcdProcess struct {
+	Bin        string    // the etcd server, as make bin/etcd builds it
+	Dir        string    // the data dir
+	ClientAddr string    // host:port to serve clients on over plain http
+	PeerURL    string    // the member's peer URL
+	Args       []string  // more flags, after StartEtcdProcess's own
+	Output     io.Writer // its stdout and stderr
+	// Configure, if not nil, changes anything else (the environment,
+	// process attributes) before etcd starts.
+	Configure func(*exec.Cmd)
+}
+
+// StartEtcdProcess starts a real etcd as its own process: a member named
+// "default" of a cluster of one, with etcd's defaults but for logging
+// only warnings and worse. It returns once the process has started; the
+// caller waits for it to serve clients, and for it to exit.
+func StartEtcdProcess(p EtcdProcess) (*exec.Cmd, error) {
+	client := "http://" + p.ClientAddr
+	args := append([]string{
+		"--name", "default", "--data-dir", p.Dir,
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", p.PeerURL, "--initial-advertise-peer-urls", p.PeerURL,
+		"--initial-cluster", "default=" + p.PeerURL, "--log-level", "warn",
+	}, p.Args...)
+	cmd := exec.Command(p.Bin, args...)
+	cmd.Stdout, cmd.Stderr = p.Output, p.Output
+	if p.Configure != nil {
+		p.Configure(cmd)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
 }
