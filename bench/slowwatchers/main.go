@@ -4,8 +4,8 @@
 // the prefix and prints the child's resident memory (VmRSS) after every
 // step of events.
 //
-//	go build -o bin/sett . && cd bench && go run ./slowwatchers -bin ../bin/sett
-//	cd bench && go run ./slowwatchers -etcd   # the same against an etcd
+//	go build -o bin/sett . && (cd bench && go run ./slowwatchers -bin ../bin/sett)
+//	(cd bench && go run ./slowwatchers -etcd)   # the same against an etcd
 //
 // With -etcd the child is this program itself serving an embedded etcd
 // (go.etcd.io/etcd/server/v3/embed), so etcd needs no separate build.
