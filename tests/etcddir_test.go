@@ -35,7 +35,7 @@ const etcdVersion = "v3.7.3"
 // where later runs find it.
 func etcdPath(t *testing.T) string {
 	t.Helper()
-	return pinnedBinary(t, "SETT_ETCD", "etcd", etcdVersion)
+	return harness.PinnedBinary(t, "SETT_ETCD", "etcd", etcdVersion, ".")
 }
 
 // startEtcdProc runs etcd on dir, peer URL peer, with extra flags, and

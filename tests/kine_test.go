@@ -35,7 +35,7 @@ const kineVersion = "v0.17.5"
 func startKine(t *testing.T, endpoint string) *peerProc {
 	t.Helper()
 	addr := harness.FreeAddr(t)
-	bin := pinnedBinary(t, "SETT_KINE", "kine", kineVersion)
+	bin := harness.PinnedBinary(t, "SETT_KINE", "kine", kineVersion, ".")
 	return startPeerProc(t, "kine", addr, 60*time.Second, func(out io.Writer) (*exec.Cmd, error) {
 		cmd := exec.Command(bin,
 			"--endpoint", endpoint, "--listen-address", addr, "--compact-interval", "0", "--compact-min-retain", "0",

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +37,7 @@ type S3 struct {
 // cache directory, where later runs find it.
 func StartS3(t testing.TB, buckets ...string) *S3 {
 	t.Helper()
-	bin := versitygwPath(t)
+	bin := PinnedBinary(t, "SETT_VERSITYGW", "versitygw", versitygwVersion, "github.com/versity/versitygw/cmd/versitygw")
 	s := &S3{Endpoint: FreeAddr(t), AccessKey: "sett-test", SecretKey: "sett-test-secret", Dir: t.TempDir()}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
 	if err != nil {
@@ -116,52 +115,6 @@ func (s *S3) Client(t testing.TB) *minio.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-var buildVersitygw sync.Mutex
-
-// versitygwPath returns $SETT_VERSITYGW or the cached build.
-func versitygwPath(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("SETT_VERSITYGW"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SETT_VERSITYGW: %v", err)
-		}
-		return p
-	}
-	buildVersitygw.Lock()
-	defer buildVersitygw.Unlock()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sett-test", "versitygw-"+versitygwVersion)
-	bin := filepath.Join(dir, "versitygw")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, here, _, _ := runtime.Caller(0)
-	module := filepath.Join(filepath.Dir(here), "..", "..", "testdata", "versitygw")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-	cmd := exec.Command(gobin, "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
-	cmd.Dir = module
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	t.Logf("building versitygw %s into %s", versitygwVersion, dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build versitygw: %v\n%s", err, out)
-	}
-	// Rename is atomic, so concurrent test runs never see half a binary.
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
 }
 
 // Cut is an HTTP proxy in front of an S3 server that, while cutting,
