@@ -1,8 +1,9 @@
 // Package harness is what sett's tests share: free loopback ports, etcd
-// clients that close with the test, a real embedded etcd as the
-// reference sett must match, and a certificate authority. Tests import
-// it, and so do the benchmarks, for the ports and the servers they start
-// beside sett.
+// clients that close with the test, a real etcd as the reference sett
+// must match (embedded, or as its own process), versitygw as a real S3,
+// the pinned programs they run, and a certificate authority. Tests
+// import it, and so do the benchmarks, for the ports and the servers
+// they start beside sett.
 package harness
 
 import (
