@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -16,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/ttl"
@@ -118,10 +116,15 @@ func startSettWith(o badger.Options) (*system, error) {
 		db.Close()
 		return nil, err
 	}
-	srv := server.New(server.Config{
+	srv, err := server.New(server.Config{
 		ListenClientURLs: []string{"http://127.0.0.1:0"},
 		Logger:           quietLogger(),
 	}, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	if err != nil {
+		store.Close()
+		db.Close()
+		return nil, err
+	}
 	if err := srv.Listen(); err != nil {
 		store.Close()
 		db.Close()
@@ -147,36 +150,11 @@ func startSettWith(o badger.Options) (*system, error) {
 // startEtcd runs a real single-member etcd, embedded, in dir. Its
 // defaults are kept: the WAL is fsynced for every raft batch.
 func startEtcd(dir string) (*system, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"/dev/null"}
-	client, err := freeURL()
+	e, addr, err := harness.EmbedEtcd(harness.Etcd{Dir: dir})
 	if err != nil {
 		return nil, err
 	}
-	peer, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("embedded etcd failed: %w", err)
-	case <-time.After(time.Minute):
-		e.Close()
-		return nil, fmt.Errorf("embedded etcd not ready after a minute")
-	}
-	cli, err := newClient(client.Host)
+	cli, err := newClient(addr)
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -249,15 +227,4 @@ func newClient(endpoint string) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("first request to %s: %w", endpoint, err)
 	}
 	return cli, nil
-}
-
-// freeURL returns an http URL on a loopback port that was free a moment
-// ago.
-func freeURL() (*url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	return url.Parse("http://" + l.Addr().String())
 }

@@ -352,7 +352,7 @@ func ApplyDelta(eng engine.Engine, r io.Reader, upTo int64) (DeltaInfo, error) {
 	}
 	// The tables and meta records are replaced whole: what is in them
 	// now and not in the delta was removed before its end.
-	clear := func() error {
+	clearTables := func() error {
 		var keys [][]byte
 		s, err := eng.Snapshot()
 		if err != nil {
@@ -381,7 +381,7 @@ func ApplyDelta(eng engine.Engine, r io.Reader, upTo int64) (DeltaInfo, error) {
 		if upTo > 0 && upTo < h.From {
 			return fmt.Errorf("%w: revision %d is before the delta's first, %d", ErrBadDelta, upTo, h.From+1)
 		}
-		return clear()
+		return clearTables()
 	}, func(k, v []byte) error {
 		switch k[0] {
 		case prefixLog:

@@ -146,16 +146,9 @@ func TestListenClientHTTPURLs(t *testing.T) {
 // e2e suite waits for), as a real etcd refuses it.
 func TestSecureMetricsURLNeedsCertificate(t *testing.T) {
 	metrics := "https://" + harness.FreeAddr(t)
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogOutputs = []string{"/dev/null"}
-	peer, client := "http://"+harness.FreeAddr(t), "http://"+harness.FreeAddr(t)
-	cu, pu, mu := mustURL(t, client), mustURL(t, peer), mustURL(t, metrics)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + peer
-	cfg.ListenMetricsUrls = []url.URL{mu}
-	e, etcdErr := embed.StartEtcd(cfg)
+	e, _, etcdErr := harness.EmbedEtcd(harness.Etcd{Dir: t.TempDir(), Configure: func(cfg *embed.Config) {
+		cfg.ListenMetricsUrls = []url.URL{mustURL(t, metrics)}
+	}})
 	if etcdErr == nil {
 		e.Close()
 		t.Fatal("etcd started with an https metrics URL and no certificate")

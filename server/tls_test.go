@@ -9,7 +9,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
@@ -82,36 +80,18 @@ func health(t *testing.T, p *harness.PKI, addr string, c tlsClientCase) (bool, e
 // client TLS and returns its client address.
 func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", "error", []string{"/dev/null"}
-	client, peer := "https://"+harness.FreeAddr(t), "http://"+harness.FreeAddr(t)
-	cu, _ := url.Parse(client)
-	pu, _ := url.Parse(peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + peer
-	cfg.BcryptCost = uint(bcrypt.MinCost)
-	ti := &cfg.ClientTLSInfo
-	ti.CertFile, ti.KeyFile, ti.TrustedCAFile, ti.ClientCertAuth = files.CertFile, files.KeyFile, files.TrustedCAFile, files.ClientCertAuth
-	ti.CRLFile, ti.AllowedCNs, ti.AllowedHostnames = files.CRLFile, files.AllowedCNs, files.AllowedHostnames
-	// etcd takes versions and suites by name, for client and peer alike.
-	for _, id := range files.CipherSuites {
-		cfg.CipherSuites = append(cfg.CipherSuites, tls.CipherSuiteName(id))
-	}
-	names := map[uint16]string{tls.VersionTLS12: "TLS1.2", tls.VersionTLS13: "TLS1.3"}
-	cfg.TlsMinVersion, cfg.TlsMaxVersion = names[files.MinVersion], names[files.MaxVersion]
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd did not become ready")
-	}
-	return cu.Host
+	return harness.StartEtcd(t, harness.Etcd{Configure: func(cfg *embed.Config) {
+		cfg.ListenClientUrls[0].Scheme, cfg.AdvertiseClientUrls[0].Scheme = "https", "https"
+		ti := &cfg.ClientTLSInfo
+		ti.CertFile, ti.KeyFile, ti.TrustedCAFile, ti.ClientCertAuth = files.CertFile, files.KeyFile, files.TrustedCAFile, files.ClientCertAuth
+		ti.CRLFile, ti.AllowedCNs, ti.AllowedHostnames = files.CRLFile, files.AllowedCNs, files.AllowedHostnames
+		// etcd takes versions and suites by name, for client and peer alike.
+		for _, id := range files.CipherSuites {
+			cfg.CipherSuites = append(cfg.CipherSuites, tls.CipherSuiteName(id))
+		}
+		names := map[uint16]string{tls.VersionTLS12: "TLS1.2", tls.VersionTLS13: "TLS1.3"}
+		cfg.TlsMinVersion, cfg.TlsMaxVersion = names[files.MinVersion], names[files.MaxVersion]
+	}})
 }
 
 // TestClientTLSRules: a revoked client certificate, a common name or host

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,43 +23,9 @@ import (
 // user's cache directory, where later runs find it.
 func etcdctlPath(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("SETT_ETCDCTL"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SETT_ETCDCTL: %v", err)
-		}
-		return p
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sett-test", "etcdctl-"+etcdctlVersion)
-	bin := filepath.Join(dir, "etcdctl")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// testdata/etcdctl pins etcdctl as a dependency: `go install` refuses
 	// etcdctl's own module, whose go.mod has replace directives.
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-	cmd := exec.Command(gobin, "build", "-o", tmp, "go.etcd.io/etcd/etcdctl/v3")
-	cmd.Dir = filepath.Join("..", "testdata", "etcdctl")
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	t.Logf("building etcdctl %s into %s", etcdctlVersion, dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build etcdctl: %v\n%s", err, out)
-	}
-	// Rename is atomic, so concurrent test runs never see half a binary.
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return harness.PinnedBinary(t, "SETT_ETCDCTL", "etcdctl", etcdctlVersion, "go.etcd.io/etcd/etcdctl/v3")
 }
 
 // ctlTarget is a server etcdctl is pointed at.

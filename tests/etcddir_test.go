@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,21 +35,18 @@ const etcdVersion = "v3.7.3"
 // where later runs find it.
 func etcdPath(t *testing.T) string {
 	t.Helper()
-	return pinnedBinary(t, "SETT_ETCD", "etcd", etcdVersion)
+	return harness.PinnedBinary(t, "SETT_ETCD", "etcd", etcdVersion, ".")
 }
 
 // startEtcdProc runs etcd on dir, peer URL peer, with extra flags, and
 // waits until it answers a read.
 func startEtcdProc(t *testing.T, dir, peer string, extra ...string) *peerProc {
 	t.Helper()
-	addr := harness.FreeAddr(t)
-	args := append([]string{
-		"--name", "default", "--data-dir", dir,
-		"--listen-client-urls", "http://" + addr, "--advertise-client-urls", "http://" + addr,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "default=" + peer, "--log-level", "warn",
-	}, extra...)
-	return startPeerProc(t, "etcd", etcdPath(t), addr, 30*time.Second, args...)
+	p := harness.EtcdProcess{Bin: etcdPath(t), Dir: dir, ClientAddr: harness.FreeAddr(t), PeerURL: peer, Args: extra}
+	return startPeerProc(t, "etcd", p.ClientAddr, 30*time.Second, func(out io.Writer) (*exec.Cmd, error) {
+		p.Output = out
+		return harness.StartEtcdProcess(p)
+	})
 }
 
 // history is every key-value at every revision from a compact

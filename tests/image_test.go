@@ -36,12 +36,12 @@ var imageDir = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sett-static")
-	build := exec.Command(goBinary(), "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "..")
+	build := exec.Command(harness.GoBinary(), "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "..")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build static sett: %v\n%s", err, out)
 	}
-	img := exec.Command(goBinary(), "run", "../tools/image", "-bin", bin, "-out", filepath.Join(dir, "image"), "-tag", "test")
+	img := exec.Command(harness.GoBinary(), "run", "../tools/image", "-bin", bin, "-out", filepath.Join(dir, "image"), "-tag", "test")
 	if out, err := img.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("make the image: %v\n%s", err, out)
 	}

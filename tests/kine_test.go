@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,11 +35,16 @@ const kineVersion = "v0.17.5"
 func startKine(t *testing.T, endpoint string) *peerProc {
 	t.Helper()
 	addr := harness.FreeAddr(t)
-	return startPeerProc(t, "kine", pinnedBinary(t, "SETT_KINE", "kine", kineVersion), addr, 60*time.Second,
-		"--endpoint", endpoint, "--listen-address", addr, "--compact-interval", "0", "--compact-min-retain", "0",
-		// kine serves metrics on :8080 by default: a second run of the
-		// tests on the machine, or anything else there, made it exit.
-		"--metrics-bind-address", "0")
+	bin := harness.PinnedBinary(t, "SETT_KINE", "kine", kineVersion, ".")
+	return startPeerProc(t, "kine", addr, 60*time.Second, func(out io.Writer) (*exec.Cmd, error) {
+		cmd := exec.Command(bin,
+			"--endpoint", endpoint, "--listen-address", addr, "--compact-interval", "0", "--compact-min-retain", "0",
+			// kine serves metrics on :8080 by default: a second run of the
+			// tests on the machine, or anything else there, made it exit.
+			"--metrics-bind-address", "0")
+		cmd.Stdout, cmd.Stderr = out, out
+		return cmd, cmd.Start()
+	})
 }
 
 // kineLoad drives kine as kube-apiserver does (creates, updates and

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -82,62 +81,12 @@ func buildSett() (bin string, cleanup func(), err error) {
 	if buildTags != "" {
 		args = append(args, "-tags", buildTags)
 	}
-	cmd := exec.Command(goBinary(), append(args, "..")...)
+	cmd := exec.Command(harness.GoBinary(), append(args, "..")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("build sett: %v\n%s", err, out)
 	}
 	return bin, func() { os.RemoveAll(dir) }, nil
-}
-
-var buildPinned sync.Mutex
-
-// pinnedBinary returns the program $env names, or builds name from its
-// pinned module, testdata/NAME, into the user's cache directory, where
-// later runs find it. It is built without cgo, as sett is.
-func pinnedBinary(t *testing.T, env, name, version string) string {
-	t.Helper()
-	if p := os.Getenv(env); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s: %v", env, err)
-		}
-		return p
-	}
-	buildPinned.Lock()
-	defer buildPinned.Unlock()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sett-test", name+"-"+version)
-	bin := filepath.Join(dir, name)
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-	cmd := exec.Command(goBinary(), "build", "-o", tmp, ".")
-	cmd.Dir = filepath.Join("..", "testdata", name)
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	t.Logf("building %s %s into %s", name, version, dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", name, err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
-// goBinary is the go command: on the PATH, or the one this test was
-// built with.
-func goBinary() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // child is sett running as a separate process: `sett serve` on a data
@@ -336,9 +285,10 @@ type peerProc struct {
 	exited chan struct{}
 }
 
-// startPeerProc runs exe with args, serving clients at addr, and waits up
+// startPeerProc runs a server with start, which starts it with its
+// stdout and stderr going to out, serving clients at addr, and waits up
 // to wait until it answers a read.
-func startPeerProc(t *testing.T, name, exe, addr string, wait time.Duration, args ...string) *peerProc {
+func startPeerProc(t *testing.T, name, addr string, wait time.Duration, start func(out io.Writer) (*exec.Cmd, error)) *peerProc {
 	t.Helper()
 	logf := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logf)
@@ -346,9 +296,8 @@ func startPeerProc(t *testing.T, name, exe, addr string, wait time.Duration, arg
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	cmd, err := start(f)
+	if err != nil {
 		t.Fatal(err)
 	}
 	p := &peerProc{t: t, name: name, cmd: cmd, addr: addr, logf: logf, exited: make(chan struct{})}

@@ -2,7 +2,7 @@
 // shaped like a Kubernetes cluster's, for measuring `sett import kine` on
 // a table far larger than a test can drive through kine itself:
 //
-//	go run ./bench/kinedb -rows 1000000 -out bin/kine-1m.db
+//	(cd bench && go run ./kinedb -rows 1000000 -out ../bin/kine-1m.db)
 //	/usr/bin/time -v bin/sett import kine --endpoint sqlite://bin/kine-1m.db --data-dir /tmp/imported
 //
 // The rows are written straight into kine's schema (the table and

@@ -593,8 +593,8 @@ func restoredDeltas(log []byte) (int, bool) {
 // ---- the bucket, as the backup lays it out ----
 
 // A backupListing is what a bucket folder holds of sett's continuous
-// backup, read from the object names package backup gives (see
-// backup/doc.go): <folder>/sett-backup/full/<rev>.snap.zst and
+// backup, read from the object names package backup gives (see its
+// package doc): <folder>/sett-backup/full/<rev>.snap.zst and
 // <folder>/sett-backup/delta/<first>-<last>.delta.zst.
 type backupListing struct {
 	fulls, deltas int

@@ -10,7 +10,7 @@
 // each, before the next workload starts; which goes first alternates from
 // workload to workload. Only one server runs at a time.
 //
-// The backup-* workloads (backup.go), sett's alone, also run versitygw,
+// The backup-* workloads, sett's alone, also run versitygw,
 // a real S3 server, as a process of its own for sett's continuous backup
 // to ship to; they run only when -only names them (make bench-backup).
 //
@@ -33,9 +33,8 @@ import (
 	"github.com/settdb/sett/bench/process"
 )
 
-// config holds the workload sizes. A default run takes about 8.5
-// minutes on two cores, most of it etcd expiring workload 8's leases;
-// -scale shrinks every count at once.
+// config holds the workload sizes. Most of a default run is etcd
+// expiring workload 8's leases; -scale shrinks every count at once.
 type config struct {
 	mixedOps        int // workload 1 and 7
 	mixedWorkers    int

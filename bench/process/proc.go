@@ -6,7 +6,8 @@
 // and the blocks its data dir takes. The process benchmark (bench/load)
 // and the soak (bench/soak) share it, so both measure a server the same
 // way. It also runs versitygw, a real S3 server, as a process of its own
-// for sett's continuous backup to ship to (s3.go).
+// for sett's continuous backup to ship to (S3). The etcd and versitygw
+// command lines are the tests' own, from internal/harness.
 //
 // It, and the benchmark and soak built on it, are Linux only: what they
 // measure comes from /proc, and a server they start dies with them

@@ -4,9 +4,7 @@ package process
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"syscall"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // An S3 is a real S3 server for sett's continuous backup to ship to:
@@ -31,20 +31,17 @@ type S3 struct {
 	SecretKey string
 
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 }
-
-// s3Ready bounds how long versitygw may take to listen.
-const s3Ready = 30 * time.Second
 
 // Start runs versitygw on a free port and makes the buckets named. Like
 // a Server, it dies with the load generator and KillAll kills it.
 func (s *S3) Start(buckets ...string) error {
-	port, err := FreePort()
+	addr, err := harness.PickAddr()
 	if err != nil {
 		return err
 	}
-	s.Endpoint = fmt.Sprintf("127.0.0.1:%d", port)
+	s.Endpoint = addr
 	if s.AccessKey == "" {
 		s.AccessKey, s.SecretKey = "sett-bench", "sett-bench-secret"
 	}
@@ -56,30 +53,25 @@ func (s *S3) Start(buckets ...string) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.Bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint,
-		"--region", "us-east-1", "--quiet", "posix", s.Dir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
+	gw := harness.S3{Endpoint: s.Endpoint, AccessKey: s.AccessKey, SecretKey: s.SecretKey, Dir: s.Dir}
+	cmd, exited, err := harness.StartVersitygw(s.Bin, gw, logf, func(cmd *exec.Cmd) {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	})
+	if err != nil {
+		return fmt.Errorf("%w (log: %s)", err, tail(s.Log))
 	}
-	s.cmd, s.exited = cmd, make(chan struct{})
+	s.cmd, s.exited = cmd, exited
 	track(cmd.Process.Pid, true)
-	go func(exited chan struct{}) {
-		cmd.Wait()
+	go func() {
+		<-exited
 		track(cmd.Process.Pid, false)
-		close(exited)
-	}(s.exited)
-	if err := s.awaitListening(); err != nil {
-		s.Stop()
-		return fmt.Errorf("versitygw: %w (log: %s)", err, tail(s.Log))
-	}
+	}()
 	cli, err := s.Client()
 	if err != nil {
 		s.Stop()
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s3Ready)
+	ctx, cancel := context.WithTimeout(context.Background(), bucketTimeout)
 	defer cancel()
 	for _, b := range buckets {
 		if err := cli.MakeBucket(ctx, b, minio.MakeBucketOptions{}); err != nil {
@@ -90,25 +82,8 @@ func (s *S3) Start(buckets ...string) error {
 	return nil
 }
 
-func (s *S3) awaitListening() error {
-	deadline := time.Now().Add(s3Ready)
-	for {
-		c, err := net.DialTimeout("tcp", s.Endpoint, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-s.exited:
-			return errors.New("exited before it listened")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not listening after %v: %w", s3Ready, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// bucketTimeout bounds making the buckets.
+const bucketTimeout = 30 * time.Second
 
 // Stop kills versitygw and waits for it to exit. Its directory stays.
 // It keeps nothing a clean shutdown would save, so it gets no SIGTERM.

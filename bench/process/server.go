@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 // A Server is one etcd-API server under test (bin/sett, bin/etcd or bin/t4) run as
@@ -31,14 +32,14 @@ type Server struct {
 	Args []string // extra flags
 	Env  []string // extra environment
 
-	cmd      *exec.Cmd
-	lastPID  atomic.Int64  // of the last process started; read without locks by quit
-	peerPort int           // etcd's, kept across restarts as the client port is
-	exited   chan struct{} // closed when cmd has been waited for
-	URL      string        // client URL, http://127.0.0.1:PORT
-	Ready    time.Duration // from exec to the first linearizable Get answered
-	Client   *clientv3.Client
-	Sampler  *Sampler
+	cmd     *exec.Cmd
+	lastPID atomic.Int64  // of the last process started; read without locks by quit
+	peerURL string        // etcd's, kept across restarts as the client URL is
+	exited  chan struct{} // closed when cmd has been waited for
+	URL     string        // client URL, http://127.0.0.1:PORT
+	Ready   time.Duration // from exec to the first linearizable Get answered
+	Client  *clientv3.Client
+	Sampler *Sampler
 }
 
 // live holds the pid of every server process started and not yet waited
@@ -77,17 +78,19 @@ const readyTimeout = 2 * time.Minute
 // Start runs the server process on a free port and waits until it
 // answers a linearizable Get, which is when a client can use it.
 func (s *Server) Start() error {
-	port, err := FreePort()
+	addr, err := harness.PickAddr()
 	if err != nil {
 		return err
 	}
-	s.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.URL = "http://" + addr
 	if s.Kind == "etcd" {
-		if s.peerPort, err = FreePort(); err != nil {
+		peer, err := harness.PickAddr()
+		if err != nil {
 			return err
 		}
+		s.peerURL = "http://" + peer
 	}
-	return s.start(port)
+	return s.start(addr)
 }
 
 // Restart starts the server again, after Kill or Stop, on the same data
@@ -103,28 +106,37 @@ func (s *Server) Restart() error {
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		return fmt.Errorf("restart: port of %s: %w", s.URL, err)
-	}
-	return s.start(port)
+	return s.start(u.Host)
 }
 
-func (s *Server) start(port int) error {
-	args := s.flags()
+// start runs the server serving clients on addr (host:port).
+func (s *Server) start(addr string) error {
 	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.Bin, append(args, s.Args...)...)
-	cmd.Env = append(os.Environ(), s.Env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// If the load generator dies, even by SIGKILL, the kernel kills the
-	// server too: no process outlives a run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	configure := func(cmd *exec.Cmd) {
+		cmd.Env = append(os.Environ(), s.Env...)
+		// If the load generator dies, even by SIGKILL, the kernel kills
+		// the server too: no process outlives a run.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
+	var cmd *exec.Cmd
+	if s.Kind == "etcd" {
+		// etcd keeps all its defaults (fsync on every WAL write,
+		// snapshot every 10,000 entries); only the ports and dir are
+		// chosen.
+		cmd, err = harness.StartEtcdProcess(harness.EtcdProcess{Bin: s.Bin, Dir: s.Dir, ClientAddr: addr,
+			PeerURL: s.peerURL, Args: s.Args, Output: logf, Configure: configure})
+	} else {
+		cmd = exec.Command(s.Bin, append(s.flags(addr), s.Args...)...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		configure(cmd)
+		err = cmd.Start()
+	}
+	if err != nil {
 		return err
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
@@ -136,7 +148,7 @@ func (s *Server) start(port int) error {
 		close(exited)
 	}(s.exited)
 	s.Sampler = startSampler(cmd.Process.Pid)
-	if err := s.awaitReady(port); err != nil {
+	if err := s.awaitReady(addr); err != nil {
 		s.Kill()
 		return fmt.Errorf("%s: %w (log: %s)", s.Kind, err, s.LogTail())
 	}
@@ -144,32 +156,20 @@ func (s *Server) start(port int) error {
 	return nil
 }
 
-// flags is the command line that serves clients on s.URL from s.Dir.
-// etcd keeps all its defaults (fsync on every WAL write, snapshot every
-// 10,000 entries); only the ports and dir are chosen.
-func (s *Server) flags() []string {
-	switch s.Kind {
-	case "etcd":
-		peerURL := fmt.Sprintf("http://127.0.0.1:%d", s.peerPort)
-		return []string{
-			"--name", "default", "--data-dir", s.Dir,
-			"--listen-client-urls", s.URL, "--advertise-client-urls", s.URL,
-			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-			"--initial-cluster", "default=" + peerURL,
-			"--log-level", "warn",
-		}
-	case "t4":
+// flags is the command line of sett or T4 that serves clients on addr
+// (host:port) from s.Dir.
+func (s *Server) flags(addr string) []string {
+	if s.Kind == "t4" {
 		// Single-node mode, no object store: T4's own WAL on the
 		// local disk, as sett's and etcd's are.
 		return []string{
-			"run", "--data-dir", s.Dir, "--listen", strings.TrimPrefix(s.URL, "http://"),
+			"run", "--data-dir", s.Dir, "--listen", addr,
 			"--log-level", "warn",
 		}
-	default:
-		return []string{
-			"serve", "--data-dir", s.Dir, "--listen-client-urls", s.URL,
-			"--log-level", "warn", "--log-format", "json",
-		}
+	}
+	return []string{
+		"serve", "--data-dir", s.Dir, "--listen-client-urls", "http://" + addr,
+		"--log-level", "warn", "--log-format", "json",
 	}
 }
 
@@ -177,9 +177,8 @@ func (s *Server) flags() []string {
 // linearizable Get to succeed. The port is polled first, every 5 ms,
 // because gRPC backs off a second or more after a refused dial, which
 // would swamp the start-up time being measured.
-func (s *Server) awaitReady(port int) error {
+func (s *Server) awaitReady(addr string) error {
 	deadline := time.Now().Add(readyTimeout)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	for {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
@@ -337,14 +336,4 @@ func NewClient(url string) (*clientv3.Client, error) {
 		MaxCallRecvMsgSize: 1 << 30,
 		Logger:             zap.NewNop(),
 	})
-}
-
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

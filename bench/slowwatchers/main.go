@@ -4,8 +4,8 @@
 // the prefix and prints the child's resident memory (VmRSS) after every
 // step of events.
 //
-//	go build -o bin/sett . && go run ./bench/slowwatchers -bin bin/sett
-//	go run ./bench/slowwatchers -etcd   # the same against an etcd
+//	go build -o bin/sett . && (cd bench && go run ./slowwatchers -bin ../bin/sett)
+//	(cd bench && go run ./slowwatchers -etcd)   # the same against an etcd
 //
 // With -etcd the child is this program itself serving an embedded etcd
 // (go.etcd.io/etcd/server/v3/embed), so etcd needs no separate build.
@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -37,6 +36,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/settdb/sett/internal/harness"
 )
 
 func main() {
@@ -67,15 +68,6 @@ func main() {
 	}
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 func rss(pid int) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -99,13 +91,13 @@ func run(bin string, isEtcd bool, nWatchers, nConns, nEvents, step, valueSize, n
 		return fmt.Errorf("temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	addr, err := freePort()
+	addr, err := harness.PickAddr()
 	if err != nil {
 		return err
 	}
 	args := []string{"--data-dir", filepath.Join(dir, "data"), "--listen-client-urls", "http://" + addr, "--log-level", "warn"}
 	if isEtcd {
-		peer, err := freePort()
+		peer, err := harness.PickAddr()
 		if err != nil {
 			return err
 		}
@@ -288,19 +280,10 @@ func serveEmbedded(spec string) error {
 	if err != nil {
 		return fmt.Errorf("client url: %w", err)
 	}
-	pu, err := url.Parse(parts[2])
-	if err != nil {
-		return fmt.Errorf("peer url: %w", err)
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = parts[0]
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"/dev/null"}
-	cfg.EnablePprof = true // -heap reads /debug/pprof/heap
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + parts[2]
-	e, err := embed.StartEtcd(cfg)
+	e, _, err := harness.EmbedEtcd(harness.Etcd{Dir: parts[0], ClientAddr: cu.Host, PeerURL: parts[2],
+		Configure: func(cfg *embed.Config) {
+			cfg.EnablePprof = true // -heap reads /debug/pprof/heap
+		}})
 	if err != nil {
 		return fmt.Errorf("start etcd: %w", err)
 	}

@@ -63,7 +63,7 @@ func (b *leaseBook) stalled(s span) {
 
 // deadline is when l's TTL must have run out. A server that restarts
 // gives every lease alive its whole TTL again, counted from the restart:
-// etcd's lessor does so in Promote (lease/lessor.go: l.refresh(extend)
+// etcd's lessor does so in Promote (l.refresh(extend)
 // for every lease, extend being 0 on a single member's start), which a
 // restarted member runs as it becomes leader, and sett's ttl.New does the same
 // as it loads the leases, since neither keeps the time left

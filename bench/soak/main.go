@@ -46,7 +46,7 @@ type config struct {
 	electors        int
 	electEvery      time.Duration
 	ttlAllowance    time.Duration // how long a lease may outlive its TTL
-	faults          bool          // inject faults (fault.go) every faultEvery
+	faults          bool          // inject faults every faultEvery
 	faultEvery      time.Duration
 	faultKinds      []string // of faultKinds, the ones injected, in this order; nil: all
 }

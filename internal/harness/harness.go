@@ -1,11 +1,14 @@
 // Package harness is what sett's tests share: free loopback ports, etcd
-// clients that close with the test, a real embedded etcd as the
-// reference sett must match, and a certificate authority. Only tests
-// import it.
+// clients that close with the test, a real etcd as the reference sett
+// must match (embedded, or as its own process), versitygw as a real S3,
+// the pinned programs they run, and a certificate authority. Tests
+// import it, and so do the benchmarks, for the ports and the servers
+// they start beside sett.
 package harness
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -25,6 +28,16 @@ import (
 // happened when a second make test ran beside.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	addr, err := PickAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// PickAddr is FreeAddr for a program that is not a test, such as a
+// benchmark's load generator.
+func PickAddr() (string, error) {
 	lo := ephemeralLow()
 	for range 100 {
 		port := firstPort + rand.IntN(lo-firstPort)
@@ -33,10 +46,9 @@ func FreeAddr(t testing.TB) string {
 			continue
 		}
 		defer l.Close()
-		return l.Addr().String()
+		return l.Addr().String(), nil
 	}
-	t.Fatalf("no free port in [%d, %d) after 100 tries", firstPort, lo)
-	return ""
+	return "", fmt.Errorf("no free port in [%d, %d) after 100 tries", firstPort, lo)
 }
 
 // firstPort is the lowest port FreeAddr draws: above the well-known and

@@ -2,12 +2,13 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -36,43 +37,22 @@ type S3 struct {
 // cache directory, where later runs find it.
 func StartS3(t testing.TB, buckets ...string) *S3 {
 	t.Helper()
-	bin := versitygwPath(t)
+	bin := PinnedBinary(t, "SETT_VERSITYGW", "versitygw", versitygwVersion, "github.com/versity/versitygw/cmd/versitygw")
 	s := &S3{Endpoint: FreeAddr(t), AccessKey: "sett-test", SecretKey: "sett-test-secret", Dir: t.TempDir()}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint,
-		"--region", "us-east-1", "--quiet", "posix", s.Dir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	cmd, exited, err := StartVersitygw(bin, *s, logf, nil)
+	if err != nil {
+		b, _ := os.ReadFile(logf.Name())
+		t.Fatalf("%v:\n%s", err, b)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-exited
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.Endpoint, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("versitygw exited before listening:\n%s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not listen within 30s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	cli := s.Client(t)
 	for _, b := range buckets {
 		if err := cli.MakeBucket(Context(t), b, minio.MakeBucketOptions{}); err != nil {
@@ -80,6 +60,48 @@ func StartS3(t testing.TB, buckets ...string) *S3 {
 		}
 	}
 	return s
+}
+
+// versitygwReady bounds how long versitygw may take to listen.
+const versitygwReady = 30 * time.Second
+
+// StartVersitygw runs bin, versitygw, as s says: its posix backend on
+// s.Dir, plain http on s.Endpoint, s's keys as its one user; its stdout
+// and stderr go to out. configure, if not nil, changes anything else
+// before it starts. It returns once versitygw listens, with a channel
+// closed when it has exited and been waited for; if it exits first or
+// does not listen within 30 seconds, it is killed and an error returned.
+func StartVersitygw(bin string, s S3, out io.Writer, configure func(*exec.Cmd)) (*exec.Cmd, <-chan struct{}, error) {
+	cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint,
+		"--region", "us-east-1", "--quiet", "posix", s.Dir)
+	cmd.Stdout, cmd.Stderr = out, out
+	if configure != nil {
+		configure(cmd)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(versitygwReady)
+	for {
+		c, err := net.DialTimeout("tcp", s.Endpoint, time.Second)
+		if err == nil {
+			c.Close()
+			return cmd, exited, nil
+		}
+		select {
+		case <-exited:
+			return nil, nil, errors.New("versitygw exited before listening")
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return nil, nil, fmt.Errorf("versitygw did not listen within %v: %w", versitygwReady, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Client is a client of the server with its credentials.
@@ -93,52 +115,6 @@ func (s *S3) Client(t testing.TB) *minio.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-var buildVersitygw sync.Mutex
-
-// versitygwPath returns $SETT_VERSITYGW or the cached build.
-func versitygwPath(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("SETT_VERSITYGW"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SETT_VERSITYGW: %v", err)
-		}
-		return p
-	}
-	buildVersitygw.Lock()
-	defer buildVersitygw.Unlock()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sett-test", "versitygw-"+versitygwVersion)
-	bin := filepath.Join(dir, "versitygw")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, here, _, _ := runtime.Caller(0)
-	module := filepath.Join(filepath.Dir(here), "..", "..", "testdata", "versitygw")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-	cmd := exec.Command(gobin, "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
-	cmd.Dir = module
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	t.Logf("building versitygw %s into %s", versitygwVersion, dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build versitygw: %v\n%s", err, out)
-	}
-	// Rename is atomic, so concurrent test runs never see half a binary.
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
 }
 
 // Cut is an HTTP proxy in front of an S3 server that, while cutting,
