@@ -43,9 +43,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/settdb/sett/internal/sourcedate"
 )
 
 // The user sett runs as: 65532, as distroless's "nonroot", so a
@@ -78,20 +79,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
-}
-
-// epoch is the time every file and the image carry: $SOURCE_DATE_EPOCH,
-// as reproducible builds set it, or the Unix epoch.
-func epoch() (time.Time, error) {
-	s := os.Getenv("SOURCE_DATE_EPOCH")
-	if s == "" {
-		return time.Unix(0, 0).UTC(), nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH: %w", err)
-	}
-	return time.Unix(n, 0).UTC(), nil
 }
 
 // blob is content stored under its digest.
@@ -146,7 +133,7 @@ type image struct {
 // build writes the image of each platform=binary argument, and the
 // index over them, to out (and tarPath).
 func build(bins []string, out, tarPath, repo, tag, caFile string) error {
-	when, err := epoch()
+	when, err := sourcedate.Time()
 	if err != nil {
 		return err
 	}

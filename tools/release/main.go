@@ -29,9 +29,10 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/settdb/sett/internal/sourcedate"
 )
 
 // files is a flag given once per file.
@@ -54,7 +55,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	when, err := epoch()
+	when, err := sourcedate.Time()
 	if err == nil {
 		_, err = pack(*out, *version, extra, flag.Args(), when)
 	}
@@ -62,20 +63,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(1)
 	}
-}
-
-// epoch is the time every entry carries: $SOURCE_DATE_EPOCH, as
-// reproducible builds set it, or the Unix epoch.
-func epoch() (time.Time, error) {
-	s := os.Getenv("SOURCE_DATE_EPOCH")
-	if s == "" {
-		return time.Unix(0, 0).UTC(), nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH: %w", err)
-	}
-	return time.Unix(n, 0).UTC(), nil
 }
 
 // member is one file of an archive.
