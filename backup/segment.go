@@ -136,7 +136,9 @@ func decodeSegment(r io.Reader, d delta) (*segmentReader, error) {
 	if want := d.last - d.first + 1; int64(first) != d.first || n != uint64(want) || n > maxSegmentRevisions {
 		return fail("holds revisions %d..%d, its name says %d..%d", first, first+n-1, d.first, d.last)
 	}
-	s := &segmentReader{first: int64(first), times: make([]time.Time, 0, n), delta: br, close: zr.Close}
+	// The times grow as they are read: a count is allocated for only as
+	// far as the bytes that back it arrive.
+	s := &segmentReader{first: int64(first), times: make([]time.Time, 0, min(n, 1<<12)), delta: br, close: zr.Close}
 	var prev int64
 	for range n {
 		d, err := binary.ReadVarint(br)
