@@ -216,7 +216,7 @@ func applyChain(ctx context.Context, b *snapshot.Bucket, dir string, pl plan, p 
 				if upTo < d.first {
 					return errStop
 				}
-				info, err := mvcc.ApplyDelta(eng, seg.delta, upTo)
+				info, err := applyDelta(eng, seg.delta, upTo)
 				if err != nil {
 					return fmt.Errorf("%s: %w", d.name, err)
 				}
@@ -345,7 +345,7 @@ func Compact(ctx context.Context, b *snapshot.Bucket, scratch string, keep int, 
 		return 0, err
 	}
 	defer store.Close()
-	bk, err := store.Backup()
+	bk, err := snapshot.NewBackup(store)
 	if err != nil {
 		return 0, err
 	}

@@ -331,7 +331,7 @@ func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
 	}()
 	for {
 		s.delta.Reset()
-		info, err := s.store.WriteDelta(&s.delta, s.shipped, to, s.opts.SegmentBytes)
+		info, err := writeDelta(&s.delta, s.store, s.shipped, to, s.opts.SegmentBytes)
 		if err != nil {
 			return err
 		}
@@ -376,7 +376,7 @@ func (s *Shipper) shipDeltas(ctx context.Context, to int64) error {
 // first the deltas up to it (so the older chain reaches it and the new
 // one starts after it), then prunes the bucket.
 func (s *Shipper) shipFull(ctx context.Context) error {
-	b, err := s.store.Backup()
+	b, err := snapshot.NewBackup(s.store)
 	if err != nil {
 		return err
 	}
@@ -462,7 +462,7 @@ func (s *Shipper) owns(ctx context.Context) error {
 
 // uploadFull writes the backup b as a compressed snapshot file in
 // scratch and uploads it as name, marked as committed at at.
-func uploadFull(ctx context.Context, bucket *snapshot.Bucket, b *mvcc.Backup, name, scratch string, at time.Time) (int64, error) {
+func uploadFull(ctx context.Context, bucket *snapshot.Bucket, b *snapshot.Backup, name, scratch string, at time.Time) (int64, error) {
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
 		return 0, err
 	}

@@ -63,14 +63,14 @@ func BenchmarkShipDelta(b *testing.B) {
 		var buf bytes.Buffer
 		for b.Loop() {
 			buf.Reset()
-			if _, err := store.WriteDelta(&buf, from, to, 16<<20); err != nil {
+			if _, err := writeDelta(&buf, store, from, to, 16<<20); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("encode", func(b *testing.B) {
 		var buf bytes.Buffer
-		if _, err := store.WriteDelta(&buf, from, to, 16<<20); err != nil {
+		if _, err := writeDelta(&buf, store, from, to, 16<<20); err != nil {
 			b.Fatal(err)
 		}
 		enc, err := newSegmentEncoder()

@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -56,8 +55,7 @@ type EtcdState struct {
 // import leaves part of it behind, so import into a new engine and throw
 // it away on error.
 type EtcdImporter struct {
-	eng      engine.Engine
-	tx       engine.Txn
+	b        *batch
 	cleaned  int64
 	lastMain int64
 	lastSub  int64
@@ -68,22 +66,11 @@ type EtcdImporter struct {
 // cleaned is the revision below which the list has been compacted (-1 if
 // never): sett's change log starts there, as compaction would leave it.
 func NewEtcdImporter(eng engine.Engine, cleaned int64) (*EtcdImporter, error) {
-	snap, err := eng.Snapshot()
+	b, err := emptyBatch(eng)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("import: %w", err)
 	}
-	it := snap.Iterate(nil, nil, false)
-	empty := !it.Valid()
-	it.Close()
-	snap.Close()
-	if !empty {
-		return nil, errors.New("mvcc: import into an engine that is not empty")
-	}
-	tx, err := eng.Begin()
-	if err != nil {
-		return nil, err
-	}
-	return &EtcdImporter{eng: eng, tx: tx, cleaned: cleaned, lastSub: -1}, nil
+	return &EtcdImporter{b: b, cleaned: cleaned, lastSub: -1}, nil
 }
 
 // Revisions counts the entries imported so far.
@@ -143,7 +130,7 @@ func (im *EtcdImporter) Put(r EtcdRevision) error {
 // nextVersion is the version a new entry of raw takes: the index holds
 // the key's latest entry so far, committed or in the open transaction.
 func (im *EtcdImporter) nextVersion(raw []byte) (int64, error) {
-	b, err := im.tx.Get(indexKey(raw))
+	b, err := im.b.tx.Get(indexKey(raw))
 	if errors.Is(err, engine.ErrNotFound) {
 		return 1, nil
 	}
@@ -192,36 +179,15 @@ func (im *EtcdImporter) Finish(st EtcdState) error {
 			return err
 		}
 	}
-	err := im.tx.Commit(context.Background())
-	im.tx = nil
-	return err
+	return im.b.finish()
 }
 
 // Discard drops what the current transaction holds.
-func (im *EtcdImporter) Discard() {
-	if im.tx != nil {
-		im.tx.Discard()
-		im.tx = nil
-	}
-}
+func (im *EtcdImporter) Discard() { im.b.discard() }
 
-// put writes into the open transaction, moving on to a new one when it is
-// full. The engine may hold k and v until commit, so they must not be
-// reused.
-func (im *EtcdImporter) put(k, v []byte) error {
-	err := im.tx.Put(k, v)
-	if !errors.Is(err, engine.ErrTxnTooBig) {
-		return err
-	}
-	if err := im.tx.Commit(context.Background()); err != nil {
-		im.tx = nil
-		return err
-	}
-	if im.tx, err = im.eng.Begin(); err != nil {
-		return err
-	}
-	return im.tx.Put(k, v)
-}
+// put writes k; the engine may hold k and v until commit, so they must
+// not be reused.
+func (im *EtcdImporter) put(k, v []byte) error { return im.b.put(k, v) }
 
 // ExportEtcd walks the store held by r (an engine snapshot) as etcd's
 // revision list: fn sees every entry a read at or after the compact

@@ -35,33 +35,27 @@ import (
 // will (the last transaction is never committed); what the earlier ones
 // may have written is taken back before the revision is used again.
 
-// errPartial marks the failure of a large request's commit other than
-// its last: the request did not take effect, whatever the cause says.
-var errPartial = errors.New("mvcc: a large request's intermediate commit failed")
-
 // spillTxn is an engine.Txn that commits to the engine and carries on in
-// a new transaction whenever the current one is full.
+// a new transaction whenever the current one is full. A failure of a
+// commit before the last is errPartial: the request did not take effect,
+// whatever the cause says.
 type spillTxn struct {
-	eng engine.Engine
-	cur engine.Txn
+	*batch
 	// held holds the writes outside the key space and the change log
 	// (nil value: a delete), for the last transaction.
 	held map[string][]byte
-	// commits counts the transactions committed so far.
-	commits int
 }
 
 func newSpillTxn(eng engine.Engine, rev int64) (*spillTxn, error) {
-	tx, err := eng.Begin()
+	b, err := newBatch(eng)
 	if err != nil {
 		return nil, err
 	}
-	t := &spillTxn{eng: eng, cur: tx, held: make(map[string][]byte)}
-	if err := tx.Put(metaPending, binary.BigEndian.AppendUint64(nil, uint64(rev))); err != nil {
-		tx.Discard()
+	if err := b.put(metaPending, binary.BigEndian.AppendUint64(nil, uint64(rev))); err != nil {
+		b.discard()
 		return nil, err
 	}
-	return t, nil
+	return &spillTxn{batch: b, held: make(map[string][]byte)}, nil
 }
 
 // undoable reports whether a write to k can be taken back from the change
@@ -77,13 +71,13 @@ func (t *spillTxn) Get(k []byte) ([]byte, error) {
 		}
 		return v, nil
 	}
-	return t.cur.Get(k)
+	return t.tx.Get(k)
 }
 
 // Iterate sees the committed and current writes, not the held ones: the
 // write path iterates only the key space.
 func (t *spillTxn) Iterate(start, end []byte, reverse bool) engine.Iterator {
-	return t.cur.Iterate(start, end, reverse)
+	return t.tx.Iterate(start, end, reverse)
 }
 
 func (t *spillTxn) Put(k, v []byte) error {
@@ -91,7 +85,7 @@ func (t *spillTxn) Put(k, v []byte) error {
 		t.held[string(k)] = v
 		return nil
 	}
-	return t.retry(func(tx engine.Txn) error { return tx.Put(k, v) })
+	return t.put(k, v)
 }
 
 func (t *spillTxn) Delete(k []byte) error {
@@ -99,29 +93,11 @@ func (t *spillTxn) Delete(k []byte) error {
 		t.held[string(k)] = nil
 		return nil
 	}
-	return t.retry(func(tx engine.Txn) error { return tx.Delete(k) })
+	return t.delete(k)
 }
 
 func (t *spillTxn) PutIf(k, v, expect []byte) error {
-	return t.retry(func(tx engine.Txn) error { return tx.PutIf(k, v, expect) })
-}
-
-// retry runs op in the current transaction, or, when that one is full,
-// commits it and runs op in a new one.
-func (t *spillTxn) retry(op func(engine.Txn) error) error {
-	err := op(t.cur)
-	if !errors.Is(err, engine.ErrTxnTooBig) {
-		return err
-	}
-	if err := t.cur.Commit(context.Background()); err != nil {
-		t.cur = nil
-		return fmt.Errorf("%w: %w", errPartial, err)
-	}
-	t.commits++
-	if t.cur, err = t.eng.Begin(); err != nil {
-		return err
-	}
-	return op(t.cur)
+	return t.do(func(tx engine.Txn) error { return tx.PutIf(k, v, expect) })
 }
 
 // finish writes the held writes and the state, clears metaPending and
@@ -130,28 +106,22 @@ func (t *spillTxn) finish(state []byte) error {
 	t.held[string(metaState)] = state
 	t.held[string(metaPending)] = nil
 	for k, v := range t.held {
-		if err := t.retry(func(tx engine.Txn) error {
-			if v == nil {
-				return tx.Delete([]byte(k))
-			}
-			return tx.Put([]byte(k), v)
-		}); err != nil {
+		var err error
+		if v == nil {
+			err = t.delete([]byte(k))
+		} else {
+			err = t.put([]byte(k), v)
+		}
+		if err != nil {
 			return err
 		}
 	}
-	err := t.cur.Commit(context.Background())
-	t.cur = nil
-	return err
+	return t.batch.finish()
 }
 
 // Discard drops the current transaction; what was committed stays, for
 // undoRevision.
-func (t *spillTxn) Discard() {
-	if t.cur != nil {
-		t.cur.Discard()
-		t.cur = nil
-	}
-}
+func (t *spillTxn) Discard() { t.discard() }
 
 // Commit is not used: see finish.
 func (t *spillTxn) Commit(context.Context) error {

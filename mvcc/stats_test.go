@@ -47,8 +47,8 @@ func TestStatsCompaction(t *testing.T) {
 }
 
 // TestStatsFailed: a write the store refused on its merits was applied,
-// as in etcd; one a stopped store could not take failed. An open backup
-// is an open read.
+// as in etcd; one a stopped store could not take failed. An open export
+// is an open read. An open export
 func TestStatsFailed(t *testing.T) {
 	s, _ := openStore(t)
 	if _, err := s.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Lease: 42}); !errors.Is(err, ErrLeaseNotFound) {
@@ -57,17 +57,17 @@ func TestStatsFailed(t *testing.T) {
 	if st := s.Stats(); st.Failed != 0 || st.Pending != 0 || st.Puts != 0 {
 		t.Errorf("stats %+v, want none failed, none pending, no puts", st)
 	}
-	b, err := s.Backup()
+	e, err := s.Export()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Stats().Reads; n != 1 {
-		t.Errorf("an open backup: %d reads open", n)
+		t.Errorf("an open export: %d reads open", n)
 	}
-	b.Close()
-	b.Close()
+	e.Close()
+	e.Close()
 	if n := s.Stats().Reads; n != 0 {
-		t.Errorf("backup closed: %d reads open", n)
+		t.Errorf("export closed: %d reads open", n)
 	}
 	s.Close()
 	if _, err := s.Put(context.Background(), putReq("k", "v")); !errors.Is(err, ErrClosed) {

@@ -33,9 +33,7 @@ type (
 	// collector reclaims the engine's free space (Defragment).
 	collector interface{ GC() error }
 	// backuper takes consistent backups of the store (Snapshot).
-	backuper interface {
-		Backup() (*mvcc.Backup, error)
-	}
+	backuper = snapshot.Exporter
 	// hasher hashes the store (Hash, HashKV).
 	hasher interface {
 		Hash() (uint32, int64, error)
@@ -129,7 +127,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	if !ok {
 		return unimplemented("snapshot")
 	}
-	b, err := bs.Backup()
+	b, err := snapshot.NewBackup(bs)
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -214,7 +212,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 // etcdFile writes b in etcd's format to a temporary file, in the data
 // dir's tmp directory (beside the data, where there is room for it) or
 // the system's, and returns it open, already unlinked.
-func (m *maintenanceServer) etcdFile(b *mvcc.Backup) (*os.File, etcdsnap.Info, error) {
+func (m *maintenanceServer) etcdFile(b *snapshot.Backup) (*os.File, etcdsnap.Info, error) {
 	dir := os.TempDir()
 	if m.s.cfg.DataDir != "" {
 		dir = filepath.Join(m.s.cfg.DataDir, "tmp")

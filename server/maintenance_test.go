@@ -24,7 +24,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/engine/badger"
-	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
 )
@@ -144,7 +143,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if got := sha256.Sum256(data); !bytes.Equal(got[:], sum) {
 		t.Fatal("snapshot SHA-256 does not match its data")
 	}
-	info, err := mvcc.ReadBackupInfo(bytes.NewReader(data))
+	info, err := snapshot.ReadBackupInfo(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +159,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mvcc.Restore(db, bytes.NewReader(data)); err != nil {
+	if _, err := snapshot.LoadBackup(db, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {

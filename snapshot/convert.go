@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
@@ -46,7 +45,7 @@ func settToEtcd(r io.Reader, path string, open Opener, progress ProgressFunc) (e
 		return etcdsnap.Info{}, err
 	}
 	defer closeEng()
-	if _, err := mvcc.Restore(eng, r); err != nil {
+	if _, err := LoadBackup(eng, r); err != nil {
 		return etcdsnap.Info{}, fmt.Errorf("read backup: %w", err)
 	}
 	es, err := eng.Snapshot()

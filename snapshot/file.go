@@ -3,9 +3,8 @@
 // reading and verifying one, restoring one into a data directory,
 // describing one, converting to etcd's format, and scheduled snapshots
 // with retention and compression. etcd's own format (a bbolt database) is
-// in the subpackage etcdsnap; the store's backup stream inside a sett
-// file is mvcc's (mvcc.Backup, mvcc.Restore), since only mvcc knows its
-// keys.
+// in the subpackage etcdsnap. The backup inside a sett file carries the
+// store's rows (mvcc.Export, mvcc.Loader), whose meaning only mvcc knows.
 //
 // The package opens no engine of its own: whoever restores or converts
 // passes an Opener, so a server that streams snapshots does not pull a
@@ -28,7 +27,7 @@ import (
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
-// A sett snapshot file is a sett backup (mvcc.Backup), zero padding to a
+// A sett snapshot file is a sett backup (Backup), zero padding to a
 // multiple of 512 bytes, and the SHA-256 of everything before it.
 // etcdctl (clientv3/snapshot) accepts a stream whose length modulo 512 is
 // 32, a database of whole pages followed by its SHA-256, so the padding
@@ -43,7 +42,7 @@ func paddedSize(n int64) int64 { return (n + 511) / 512 * 512 }
 
 // Write writes b to w as a sett snapshot file and returns the bytes
 // written, Size(b's size) on success.
-func Write(w io.Writer, b *mvcc.Backup) (int64, error) {
+func Write(w io.Writer, b *Backup) (int64, error) {
 	info, err := b.Info()
 	if err != nil {
 		return 0, err
@@ -77,14 +76,14 @@ const FormatHeader = "sett-snapshot-format"
 
 // WriteEtcdFile writes b to path in etcd's format (see package etcdsnap):
 // the bbolt database and its SHA-256, whole or not at all.
-func WriteEtcdFile(b *mvcc.Backup, path string) (etcdsnap.Info, error) {
+func WriteEtcdFile(b *Backup, path string) (etcdsnap.Info, error) {
 	return etcdsnap.Write(b.Reader(), path, nil)
 }
 
 // WriteFile writes the snapshot file of store to path, whole or not at
 // all (see writeFileAtomic).
 func WriteFile(store *mvcc.Store, path string) error {
-	b, err := store.Backup()
+	b, err := NewBackup(store)
 	if err != nil {
 		return err
 	}
@@ -245,7 +244,7 @@ func (pr *progressReader) Read(b []byte) (int, error) {
 }
 
 func backupErr(path string, err error) error {
-	if errors.Is(err, mvcc.ErrBadBackup) {
+	if errors.Is(err, ErrBadBackup) {
 		return fmt.Errorf("%s: %w (neither a sett snapshot nor an etcd one)", path, err)
 	}
 	return fmt.Errorf("%s: %w", path, err)

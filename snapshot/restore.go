@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
@@ -34,10 +33,10 @@ type RestoreOptions struct {
 // (etcdutl's rule). The store is built beside dir and renamed into place
 // once whole (see unfinished.go), so a failed or stopped restore leaves no
 // half-filled data directory.
-func Restore(path, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
+func Restore(path, dir string, opts RestoreOptions) (BackupInfo, error) {
 	tmp, err := beginRestore(dir)
 	if err != nil {
-		return mvcc.BackupInfo{}, err
+		return BackupInfo{}, err
 	}
 	return restoreInto(path, dir, tmp, opts, nil)
 }
@@ -59,7 +58,7 @@ func beginRestore(dir string) (string, error) {
 // nil) on the restored store, and moves it into place at dir: what then
 // adds is in place with the rest, or, if it fails or is stopped, nowhere.
 // On failure tmp is removed.
-func restoreInto(path, dir, tmp string, opts RestoreOptions, then func(tmp string) error) (info mvcc.BackupInfo, err error) {
+func restoreInto(path, dir, tmp string, opts RestoreOptions, then func(tmp string) error) (info BackupInfo, err error) {
 	defer func() {
 		if err != nil {
 			os.RemoveAll(tmp)
@@ -90,7 +89,7 @@ func restoreInto(path, dir, tmp string, opts RestoreOptions, then func(tmp strin
 	if snap.IsEtcd() {
 		var ei etcdsnap.Info
 		ei, err = restoreEtcd(tmp, snap, opts)
-		info = mvcc.BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
+		info = BackupInfo{Revision: ei.Revision, CompactRevision: ei.CompactRevision, Entries: ei.Revisions}
 		if err != nil {
 			return info, fmt.Errorf("%s: %w", path, err)
 		}
@@ -118,7 +117,7 @@ func restoreInto(path, dir, tmp string, opts RestoreOptions, then func(tmp strin
 // RestoreFromBucket restores the snapshot called name in bucket into
 // dir, as Restore does. It is downloaded beside dir (a snapshot is as big
 // as the data), verified, restored, and removed.
-func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions) (mvcc.BackupInfo, error) {
+func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions) (BackupInfo, error) {
 	return RestoreFromBucketThen(ctx, bucket, name, dir, opts, nil)
 }
 
@@ -128,10 +127,10 @@ func RestoreFromBucket(ctx context.Context, bucket *Bucket, name, dir string, op
 // snapshot is in place whole or not at all. The directory is begun, and
 // marked unfinished, before the download: a restore stopped at any point
 // leaves it.
-func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions, then func(tmp string) error) (mvcc.BackupInfo, error) {
+func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string, opts RestoreOptions, then func(tmp string) error) (BackupInfo, error) {
 	tmp, err := beginRestore(dir)
 	if err != nil {
-		return mvcc.BackupInfo{}, err
+		return BackupInfo{}, err
 	}
 	path := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+"-"+filepath.Base(name))
 	if opts.Log != nil {
@@ -139,19 +138,19 @@ func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string
 	}
 	if err := bucket.Download(ctx, name, path); err != nil {
 		os.RemoveAll(tmp)
-		return mvcc.BackupInfo{}, err
+		return BackupInfo{}, err
 	}
 	defer os.Remove(path)
 	return restoreInto(path, dir, tmp, opts, then)
 }
 
 // restoreSett restores the sett backup r into a new store in dir.
-func restoreSett(dir string, r io.Reader, open Opener) (mvcc.BackupInfo, error) {
+func restoreSett(dir string, r io.Reader, open Opener) (BackupInfo, error) {
 	eng, closeEng, err := open(dir)
 	if err != nil {
-		return mvcc.BackupInfo{}, err
+		return BackupInfo{}, err
 	}
-	info, err := mvcc.Restore(eng, r)
+	info, err := LoadBackup(eng, r)
 	if cerr := closeEng(); cerr != nil && err == nil {
 		err = cerr
 	}

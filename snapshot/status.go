@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
@@ -41,7 +40,7 @@ func Describe(path string, checkEtcd func(string) error) (Status, error) {
 	}
 	defer snap.Close()
 	if !snap.IsEtcd() {
-		info, err := mvcc.ReadBackupInfo(snap.Data())
+		info, err := ReadBackupInfo(snap.Data())
 		if err != nil {
 			return Status{}, backupErr(path, err)
 		}

@@ -1,4 +1,4 @@
-package mvcc
+package backup
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/settdb/sett/engine/badger"
+	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/snapshot"
 )
 
 // BenchmarkRestoreChain compares the two ways a continuous backup is
@@ -26,7 +28,7 @@ func BenchmarkRestoreChain(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	src, err := Open(db, Options{Logger: log})
+	src, err := mvcc.Open(db, mvcc.Options{Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func BenchmarkRestoreChain(b *testing.B) {
 		wg.Wait()
 	}
 	backup := func() []byte {
-		bk, err := src.Backup()
+		bk, err := snapshot.NewBackup(src)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -67,7 +69,7 @@ func BenchmarkRestoreChain(b *testing.B) {
 	var deltas [][]byte
 	for from < src.Rev() {
 		var d bytes.Buffer
-		info, err := src.WriteDelta(&d, from, 0, 16<<20)
+		info, err := writeDelta(&d, src, from, 0, 16<<20)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,11 +86,11 @@ func BenchmarkRestoreChain(b *testing.B) {
 	b.Run("full+deltas", func(b *testing.B) {
 		for range b.N {
 			e := open()
-			if _, err := Restore(e, bytes.NewReader(base)); err != nil {
+			if _, err := snapshot.LoadBackup(e, bytes.NewReader(base)); err != nil {
 				b.Fatal(err)
 			}
 			for _, d := range deltas {
-				if _, err := ApplyDelta(e, bytes.NewReader(d), 0); err != nil {
+				if _, err := applyDelta(e, bytes.NewReader(d), 0); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -99,7 +101,7 @@ func BenchmarkRestoreChain(b *testing.B) {
 	b.Run("full", func(b *testing.B) {
 		for range b.N {
 			e := open()
-			if _, err := Restore(e, bytes.NewReader(last)); err != nil {
+			if _, err := snapshot.LoadBackup(e, bytes.NewReader(last)); err != nil {
 				b.Fatal(err)
 			}
 			e.Close()

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/engine"
 )
 
 // rangeAll reads every key at rev, as the comparison of two stores.
@@ -28,12 +30,97 @@ func rangeAll(t *testing.T, s *Store, rev int64) []string {
 	return out
 }
 
-// restoreChain restores full into a new engine, applies the deltas (the
-// last one up to upTo) and opens a store on it.
-func restoreChain(t *testing.T, full []byte, deltas [][]byte, upTo int64) *Store {
+// row is a store's row as a format would carry it.
+type row struct{ k, v []byte }
+
+// exportRows is every row of s.
+func exportRows(t *testing.T, s *Store) []row {
+	t.Helper()
+	e, err := s.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var rows []row
+	if err := e.Rows(func(k, v []byte) error {
+		rows = append(rows, row{bytes.Clone(k), bytes.Clone(v)})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// loadRows loads rows into eng.
+func loadRows(eng engine.Engine, rows []row) error {
+	l, err := NewLoader(eng)
+	if err != nil {
+		return err
+	}
+	defer l.Discard()
+	for _, r := range rows {
+		if err := l.Put(r.k, r.v); err != nil {
+			return err
+		}
+	}
+	return l.Finish()
+}
+
+// changeSet is a store's changes as a delta would carry them.
+type changeSet struct {
+	from, to int64
+	applied  uint64
+	rows     []row
+}
+
+// changes reads the changes of s after from up to to, stopping at the
+// first revision at which about maxBytes of keys and values are read (0:
+// no bound).
+func changes(s *Store, from, to, maxBytes int64) (changeSet, error) {
+	c, err := s.Changes(from, to)
+	if err != nil {
+		return changeSet{}, err
+	}
+	defer c.Close()
+	var cs changeSet
+	var n int64
+	more := func() bool { return maxBytes == 0 || n < maxBytes }
+	keep := func(k, v []byte) error {
+		n += int64(len(k) + len(v))
+		cs.rows = append(cs.rows, row{bytes.Clone(k), bytes.Clone(v)})
+		return nil
+	}
+	if err := c.Revisions(more, keep); err != nil {
+		return cs, err
+	}
+	if err := c.Tables(keep); err != nil {
+		return cs, err
+	}
+	cs.from, cs.to, cs.applied = c.From, c.To, c.Applied
+	return cs, nil
+}
+
+// patch applies cs to eng up to upTo.
+func patch(eng engine.Engine, cs changeSet, upTo int64) (int64, error) {
+	p, err := NewPatch(eng, cs.from, upTo)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Discard()
+	for _, r := range cs.rows {
+		if err := p.Put(r.k, r.v); err != nil {
+			return 0, err
+		}
+	}
+	return p.Finish(cs.to, cs.applied)
+}
+
+// restoreChain loads full into a new engine, applies the changes (the
+// last up to upTo) and opens a store on it.
+func restoreChain(t *testing.T, full []row, deltas []changeSet, upTo int64) *Store {
 	t.Helper()
 	eng := openEngine(t)
-	if _, err := Restore(eng, bytes.NewReader(full)); err != nil {
+	if err := loadRows(eng, full); err != nil {
 		t.Fatal(err)
 	}
 	for i, d := range deltas {
@@ -41,8 +128,8 @@ func restoreChain(t *testing.T, full []byte, deltas [][]byte, upTo int64) *Store
 		if i == len(deltas)-1 {
 			to = upTo
 		}
-		if _, err := ApplyDelta(eng, bytes.NewReader(d), to); err != nil {
-			t.Fatalf("delta %d: %v", i, err)
+		if _, err := patch(eng, d, to); err != nil {
+			t.Fatalf("changes %d: %v", i, err)
 		}
 	}
 	s, err := Open(eng, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -53,43 +140,31 @@ func restoreChain(t *testing.T, full []byte, deltas [][]byte, upTo int64) *Store
 	return s
 }
 
-// TestDeltaRoundTrip: a full backup plus deltas, applied up to any
+// TestChangesRoundTrip: an export plus changes, applied up to any
 // revision, is the original store at that revision: every Range at every
-// revision from the backup's compact revision to it answers alike, and
+// revision from the export's compact revision to it answers alike, and
 // the leases and compaction travel.
-func TestDeltaRoundTrip(t *testing.T) {
+func TestChangesRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	src, _ := openStore(t)
 	writeHistory(t, src) // to 12, lease 7
-	b, err := src.Backup()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var full bytes.Buffer
-	if _, err := b.WriteTo(&full); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
+	full := exportRows(t, src)
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	var deltas [][]byte
+	var deltas []changeSet
 	from := int64(12)
 	ship := func(maxBytes int64) {
 		t.Helper()
 		for {
-			var d bytes.Buffer
-			info, err := src.WriteDelta(&d, from, 0, maxBytes)
+			cs, err := changes(src, from, 0, maxBytes)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if info.To == from {
+			if cs.to == from {
 				return
 			}
-			if got, err := ReadDelta(bytes.NewReader(d.Bytes())); err != nil || got.From != from || got.To != info.To {
-				t.Fatalf("ReadDelta: %+v, %v; wrote %+v", got, err, info)
-			}
-			deltas = append(deltas, d.Bytes())
-			from = info.To
+			deltas = append(deltas, cs)
+			from = cs.to
 		}
 	}
 	if _, err := src.GrantLease(ctx, 9, 120); err != nil {
@@ -125,9 +200,8 @@ func TestDeltaRoundTrip(t *testing.T) {
 			if _, err := src.Compact(ctx, &pb.CompactionRequest{Revision: from - 5, Physical: true}); err != nil {
 				t.Fatal(err)
 			}
-			var d bytes.Buffer
-			if _, err := src.WriteDelta(&d, from-10, 0, 0); !errors.Is(err, ErrHistoryGone) {
-				t.Fatalf("delta from below the compact revision: %v", err)
+			if _, err := src.Changes(from-10, 0); !errors.Is(err, ErrHistoryGone) {
+				t.Fatalf("changes from below the compact revision: %v", err)
 			}
 		}
 	}
@@ -144,20 +218,12 @@ func TestDeltaRoundTrip(t *testing.T) {
 			want[rev] = rangeAll(t, src, rev)
 		}
 	}
-	var infos []DeltaInfo
-	for _, d := range deltas {
-		info, err := ReadDelta(bytes.NewReader(d))
-		if err != nil {
-			t.Fatal(err)
-		}
-		infos = append(infos, info)
-	}
-	for _, upTo := range []int64{infos[0].From + 1, infos[1].To, infos[1].To + 1, infos[len(infos)-1].To - 3, last} {
+	for _, upTo := range []int64{deltas[0].from + 1, deltas[1].to, deltas[1].to + 1, deltas[len(deltas)-1].to - 3, last} {
 		n := 0
-		for n < len(infos) && infos[n].From < upTo {
+		for n < len(deltas) && deltas[n].from < upTo {
 			n++
 		}
-		got := restoreChain(t, full.Bytes(), deltas[:n], upTo)
+		got := restoreChain(t, full, deltas[:n], upTo)
 		if got.Rev() != upTo {
 			t.Fatalf("restored to %d: at revision %d", upTo, got.Rev())
 		}
@@ -188,25 +254,26 @@ func TestDeltaRoundTrip(t *testing.T) {
 	}
 }
 
-// TestDeltaRefused: a delta that does not follow the store, or is
-// damaged, is refused.
-func TestDeltaRefused(t *testing.T) {
+// TestPatchRefused: changes that do not follow the store, or rows that
+// are not changes, are refused.
+func TestPatchRefused(t *testing.T) {
 	src, _ := openStore(t)
 	writeHistory(t, src)
-	var d bytes.Buffer
-	if _, err := src.WriteDelta(&d, 5, 9, 0); err != nil {
+	cs, err := changes(src, 5, 9, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	eng := openEngine(t)
-	if _, err := ApplyDelta(eng, bytes.NewReader(d.Bytes()), 0); !errors.Is(err, ErrBadDelta) {
-		t.Fatalf("delta from 5 onto an empty store: %v", err)
+	if _, err := patch(eng, cs, 0); !errors.Is(err, ErrNotFollowing) {
+		t.Fatalf("changes from 5 onto an empty store: %v", err)
 	}
-	bad := bytes.Clone(d.Bytes())
-	bad[len(bad)/2] ^= 1
-	if _, err := ReadDelta(bytes.NewReader(bad)); !errors.Is(err, ErrBadDelta) {
-		t.Fatalf("damaged delta: %v", err)
+	at12 := openEngine(t)
+	if err := loadRows(at12, exportRows(t, src)); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := ReadDelta(bytes.NewReader(d.Bytes()[:len(d.Bytes())-3])); !errors.Is(err, ErrBadDelta) {
-		t.Fatalf("truncated delta: %v", err)
+	cs.from = 12
+	cs.rows = append(cs.rows, row{[]byte("zbogus"), []byte("x")})
+	if _, err := patch(at12, cs, 0); !errors.Is(err, ErrNotFollowing) {
+		t.Fatalf("a row that is no change: %v", err)
 	}
 }
