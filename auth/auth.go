@@ -21,6 +21,8 @@ package auth
 import (
 	"context"
 	"errors"
+
+	"github.com/settdb/sett/mvcc"
 )
 
 // The errors carry etcd's meanings; the server maps each to etcd's
@@ -61,9 +63,10 @@ type Info struct {
 	Revision uint64
 }
 
-// Backend keeps the auth records durably. Records are named; a change
-// writes several at once, all or none, and a nil value deletes one.
+// Backend keeps the auth records durably, as the records of
+// mvcc.AuthTable. Records are named; a change writes several at once,
+// all or none, and a nil value deletes one.
 type Backend interface {
-	AuthRecords() (map[string][]byte, error)
-	WriteAuth(ctx context.Context, records map[string][]byte) error
+	Records(mvcc.Table) (map[string][]byte, error)
+	WriteRecords(ctx context.Context, t mvcc.Table, records map[string][]byte) error
 }

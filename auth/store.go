@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/authpb"
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/settdb/sett/mvcc"
 )
 
 // Record names in the Backend. Users and roles are etcd's own authpb
@@ -69,7 +71,7 @@ func (s *Store) Reload() error {
 // load reads every record into memory; the caller holds mu, or has the
 // store to itself.
 func (s *Store) load() error {
-	recs, err := s.be.AuthRecords()
+	recs, err := s.be.Records(mvcc.AuthTable)
 	if err != nil {
 		return fmt.Errorf("load auth: %w", err)
 	}
@@ -155,7 +157,7 @@ func (c *change) deleteRole(s *Store, name string) {
 // A write that failed may have landed all the same (its outcome unknown),
 // so memory is read back from the engine.
 func (s *Store) write(ctx context.Context, records map[string][]byte) error {
-	err := s.be.WriteAuth(context.WithoutCancel(ctx), records)
+	err := s.be.WriteRecords(context.WithoutCancel(ctx), mvcc.AuthTable, records)
 	if err == nil {
 		return nil
 	}

@@ -20,6 +20,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/settdb/sett/mvcc"
 )
 
 // memBackend keeps records in a map, as the engine would.
@@ -29,13 +31,13 @@ type memBackend struct {
 	fail error
 }
 
-func (b *memBackend) AuthRecords() (map[string][]byte, error) {
+func (b *memBackend) Records(mvcc.Table) (map[string][]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.recs), nil
 }
 
-func (b *memBackend) WriteAuth(ctx context.Context, recs map[string][]byte) error {
+func (b *memBackend) WriteRecords(ctx context.Context, _ mvcc.Table, recs map[string][]byte) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fail != nil {

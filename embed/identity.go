@@ -16,12 +16,15 @@ import (
 // with the IDs derived from the name (cluster ID 0 says so to the
 // server), which its member records are keyed by.
 func (c Config) singleIdentity(ctx context.Context, store *mvcc.Store, log *slog.Logger) (member, cluster uint64, err error) {
-	member, cluster, ok, err := store.Identity()
-	if err != nil || ok {
-		return member, cluster, err
+	id, err := store.Records(mvcc.IdentityTable)
+	if err != nil {
+		return 0, 0, err
+	}
+	if b, ok := id[""]; ok {
+		return server.DecodeIdentity(b)
 	}
 	legacy := server.MemberID(c.Name)
-	records, err := store.MemberRecords()
+	records, err := store.Records(mvcc.MemberTable)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -42,5 +45,5 @@ func (c Config) singleIdentity(ctx context.Context, store *mvcc.Store, log *slog
 		log.Warn("member and cluster IDs derived from --name: etcd would not start with these flags", "error", err)
 		return legacy, 0, nil
 	}
-	return member, cluster, store.WriteIdentity(ctx, member, cluster)
+	return member, cluster, store.WriteRecords(ctx, mvcc.IdentityTable, map[string][]byte{"": server.EncodeIdentity(member, cluster)})
 }

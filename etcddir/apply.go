@@ -14,6 +14,7 @@ import (
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/server"
 )
 
 // applier applies etcd's log entries to a store through the methods its
@@ -160,7 +161,7 @@ func (a *applier) putMember(ctx context.Context, id uint64, etcdRecord []byte) e
 	if err != nil {
 		return err
 	}
-	return a.store.WriteMember(ctx, id, b)
+	return a.store.WriteRecords(ctx, mvcc.MemberTable, map[string][]byte{server.MemberName(id): b})
 }
 
 func (a *applier) confChange(ctx context.Context, data []byte) error {
@@ -170,7 +171,7 @@ func (a *applier) confChange(ctx context.Context, data []byte) error {
 	}
 	switch cc.GetType() {
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
-		return a.store.WriteMember(ctx, cc.GetNodeId(), nil)
+		return a.store.WriteRecords(ctx, mvcc.MemberTable, map[string][]byte{server.MemberName(cc.GetNodeId()): nil})
 	default:
 		if len(cc.GetContext()) == 0 {
 			return nil

@@ -33,6 +33,7 @@ import (
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
 
@@ -129,7 +130,7 @@ func Import(ctx context.Context, dir string, eng engine.Engine, opts Options) (r
 		res.Index = e.GetIndex()
 	}
 	if res.MemberID != 0 && res.ClusterID != 0 {
-		if err := store.WriteIdentity(ctx, res.MemberID, res.ClusterID); err != nil {
+		if err := store.WriteRecords(ctx, mvcc.IdentityTable, map[string][]byte{"": server.EncodeIdentity(res.MemberID, res.ClusterID)}); err != nil {
 			return res, err
 		}
 	}

@@ -152,9 +152,9 @@ func (im *EtcdImporter) Lease(l Lease) error {
 	return im.put(leaseKey(l.ID), binary.BigEndian.AppendUint64(nil, uint64(l.TTL)))
 }
 
-// AuthRecord imports an auth record (see Store.WriteAuth).
+// AuthRecord imports a record of AuthTable.
 func (im *EtcdImporter) AuthRecord(name string, v []byte) error {
-	return im.put(authKey(name), bytes.Clone(v))
+	return im.put(AuthTable.key(name), bytes.Clone(v))
 }
 
 // Finish records the store-wide state and commits. A compaction that

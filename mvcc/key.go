@@ -9,13 +9,13 @@ import (
 // The engine keyspace is split by a one-byte prefix. This table lists
 // every prefix any package writes; a new one is added here first.
 //
-//	'a' auth:    'a' + name                 users, roles, auth state (auth.go)
+//	'a' auth:    'a' + name                 users, roles, auth state (records.go)
 //	'c' cluster: 'c' + name                 election records (cluster/record.go)
 //	'i' index:   'i' + esc(raw)             latest state of each raw key
 //	'k' keys:    'k' + esc(raw) + ^BE(rev)  one object per version
 //	'l' leases:  'l' + BE(id)               granted TTL of each lease (lease.go)
 //	'm' meta:    'm' + name                 store-wide state (the names below)
-//	'p' members: 'p' + BE(id)               a single node's member records (member.go)
+//	'p' members: 'p' + BE(id)               a single node's member records (records.go)
 //	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
@@ -33,10 +33,12 @@ import (
 // so the newest version at or below a revision is one forward seek, and
 // a range read with values walks the object run alone.
 const (
-	prefixIndex = 'i'
-	prefixKey   = 'k'
-	prefixLog   = 'r'
-	prefixMeta  = 'm'
+	prefixAuth   = 'a'
+	prefixIndex  = 'i'
+	prefixKey    = 'k'
+	prefixLog    = 'r'
+	prefixMeta   = 'm'
+	prefixMember = 'p'
 
 	suffixLen = 8
 )
@@ -164,9 +166,9 @@ var (
 	metaState       = []byte("mstate")       // revision, applied index, writer's epoch
 	metaCompact     = []byte("mcompact")     // compact revision requested
 	metaCleaned     = []byte("mcleaned")     // compact revision fully cleaned up
-	metaMember      = []byte("mmember")      // member and cluster ids of a single member (member.go)
+	metaMember      = []byte("mmember")      // member and cluster ids of a single member (records.go)
 	metaLayout      = []byte("mlayout")      // version of the key layout above
-	metaAlarms      = []byte("malarms")      // active alarms (alarm.go)
+	metaAlarms      = []byte("malarms")      // active alarms (records.go)
 	metaPending     = []byte("mpending")     // revision a large request is writing (spill.go)
 	metaCompactHash = []byte("mcompacthash") // HashKV at the compact revision before it (hash.go)
 	metaCountRanges = []byte("mcountranges") // the ranges whose counts are kept live (countcache.go)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/settdb/sett/mvcc"
 )
 
 // Alarms, as etcd keeps them.
@@ -31,10 +35,31 @@ import (
 // Alarms are recorded in the store, so they outlive a restart as etcd's
 // alarm bucket makes them.
 
-// alarmStore is the store's durable record of the alarms.
-type alarmStore interface {
-	Alarms() ([]*pb.AlarmMember, error)
-	SetAlarms(ctx context.Context, alarms []*pb.AlarmMember) error
+// The store keeps the active alarms as one record of mvcc.AlarmTable:
+// 12 bytes per alarm, the member ID (8) and the alarm type (4),
+// big-endian.
+
+func encodeAlarms(alarms []*pb.AlarmMember) []byte {
+	var b []byte
+	for _, a := range alarms {
+		b = binary.BigEndian.AppendUint64(b, a.MemberID)
+		b = binary.BigEndian.AppendUint32(b, uint32(a.Alarm))
+	}
+	return b
+}
+
+func decodeAlarms(b []byte) ([]*pb.AlarmMember, error) {
+	if len(b)%12 != 0 {
+		return nil, fmt.Errorf("alarms: a record of %d bytes", len(b))
+	}
+	var out []*pb.AlarmMember
+	for ; len(b) > 0; b = b[12:] {
+		out = append(out, &pb.AlarmMember{
+			MemberID: binary.BigEndian.Uint64(b),
+			Alarm:    pb.AlarmType(int32(binary.BigEndian.Uint32(b[8:]))),
+		})
+	}
+	return out, nil
 }
 
 // etcd's estimates of what a request costs against the quota.
@@ -52,8 +77,7 @@ const sizeMaxAge = 100 * time.Millisecond
 
 // alarmSet holds the active alarms.
 type alarmSet struct {
-	s     *Server
-	store alarmStore // nil: alarms live in memory only
+	s *Server
 
 	// mu serializes changes, with their recording in the store.
 	mu     sync.Mutex
@@ -70,17 +94,16 @@ type alarmSet struct {
 // endpoints.
 func newAlarmSet(s *Server) *alarmSet {
 	a := &alarmSet{s: s}
-	if st, ok := s.store.(alarmStore); ok {
-		a.store = st
-		active, err := st.Alarms()
-		if err != nil {
-			s.log.Error("cannot read the recorded alarms", "error", err)
-		}
-		a.active = active
-		a.flags()
-		for _, m := range active {
-			s.log.Warn("alarm active", "alarm", m.Alarm.String(), "member_id", m.MemberID)
-		}
+	recs, err := s.store.Records(mvcc.AlarmTable)
+	if err == nil {
+		a.active, err = decodeAlarms(recs[""])
+	}
+	if err != nil {
+		s.log.Error("cannot read the recorded alarms", "error", err)
+	}
+	a.flags()
+	for _, m := range a.active {
+		s.log.Warn("alarm active", "alarm", m.Alarm.String(), "member_id", m.MemberID)
 	}
 	s.alarms = a.names
 	return a
@@ -232,8 +255,5 @@ func (a *alarmSet) deactivate(ctx context.Context, id uint64, t pb.AlarmType) (*
 // alarms in memory hold either way: an alarm that could not be recorded
 // is still enforced until the server stops.
 func (a *alarmSet) record(ctx context.Context) error {
-	if a.store == nil {
-		return nil
-	}
-	return a.store.SetAlarms(ctx, slices.Clone(a.active))
+	return a.s.store.WriteRecords(ctx, mvcc.AlarmTable, map[string][]byte{"": encodeAlarms(a.active)})
 }

@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/settdb/sett/mvcc"
 )
 
 // singlePeerURL is the peer URL a single-node etcd reports by default.
@@ -61,11 +63,11 @@ type memberRecord struct {
 	IsLearner bool     `json:"isLearner,omitempty"`
 }
 
-// MemberStore keeps member records durably (mvcc.Store does).
-type MemberStore interface {
-	MemberRecords() (map[uint64][]byte, error)
-	WriteMember(ctx context.Context, id uint64, record []byte) error
-}
+// The store keeps each member's record as a record of mvcc.MemberTable
+// named by the member's ID, 8 bytes big-endian: memberRecord as JSON.
+
+// MemberName is the name of member id's record in mvcc.MemberTable.
+func MemberName(id uint64) string { return string(binary.BigEndian.AppendUint64(nil, id)) }
 
 type clusterServer struct {
 	pb.UnimplementedClusterServer
@@ -134,16 +136,16 @@ func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
 }
 
 func (s *Server) memberRecords() (map[uint64]memberRecord, error) {
-	ms, ok := s.store.(MemberStore)
-	if !ok {
-		return nil, nil
-	}
-	raw, err := ms.MemberRecords()
+	raw, err := s.store.Records(mvcc.MemberTable)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[uint64]memberRecord, len(raw))
-	for id, b := range raw {
+	for name, b := range raw {
+		if len(name) != 8 {
+			return nil, fmt.Errorf("member record %x: not named by a member ID", name)
+		}
+		id := binary.BigEndian.Uint64([]byte(name))
 		var rec memberRecord
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return nil, fmt.Errorf("member record %x: %w", id, err)
@@ -154,15 +156,11 @@ func (s *Server) memberRecords() (map[uint64]memberRecord, error) {
 }
 
 func (s *Server) writeMember(ctx context.Context, id uint64, rec *memberRecord) error {
-	ms, ok := s.store.(MemberStore)
-	if !ok {
-		return status.Error(codes.Unimplemented, "this store keeps no member records")
-	}
 	var b []byte
 	if rec != nil {
 		b, _ = json.Marshal(rec) // strings and a bool: cannot fail
 	}
-	return ms.WriteMember(ctx, id, b)
+	return s.store.WriteRecords(ctx, mvcc.MemberTable, map[string][]byte{MemberName(id): b})
 }
 
 // errClusteredMembership is the answer to a membership change in

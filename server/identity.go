@@ -58,3 +58,19 @@ func EtcdIDs(b Bootstrap) (member, cluster uint64, err error) {
 	sum := sha1.Sum(buf)
 	return member, binary.BigEndian.Uint64(sum[:8]), nil
 }
+
+// A single member keeps its member and cluster IDs as the one record of
+// mvcc.IdentityTable: the two, 8 bytes each, big-endian.
+
+// EncodeIdentity is the identity record of member and cluster.
+func EncodeIdentity(member, cluster uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, member), cluster)
+}
+
+// DecodeIdentity reads an identity record.
+func DecodeIdentity(b []byte) (member, cluster uint64, err error) {
+	if len(b) != 16 {
+		return 0, 0, fmt.Errorf("identity: a record of %d bytes", len(b))
+	}
+	return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), nil
+}

@@ -553,7 +553,7 @@ func Write(r engine.Reader, path string, progress Progress) (info Info, err erro
 		return Info{}, err
 	}
 	info.CompactRevision, info.Leases = st.Compact, len(leases)
-	recs, err := mvcc.ReadAuthRecords(r)
+	recs, err := mvcc.ReadRecords(r, mvcc.AuthTable)
 	if err != nil {
 		return Info{}, err
 	}
