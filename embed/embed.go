@@ -23,6 +23,7 @@ import (
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/backup"
 	"github.com/settdb/sett/cluster"
+	"github.com/settdb/sett/compactor"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
@@ -100,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	autoCompact, err := mvcc.ParseAutoCompaction(cfg.AutoCompactionMode, cfg.AutoCompactionRetention)
+	autoCompact, err := compactor.Parse(cfg.AutoCompactionMode, cfg.AutoCompactionRetention)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +308,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.srv.Listen(); err != nil {
 		return nil, err
 	}
-	background.Go(func() { store.AutoCompact(life, autoCompact) })
+	background.Go(func() { compactor.Run(life, store, autoCompact, log) })
 	// Followers forward to the leader's advertised URLs, so a member
 	// joins the election only once it listens on its own. On a clean
 	// stop the election's Run resigns before it steps down: another

@@ -32,6 +32,8 @@ func openStore(t *testing.T) (*Store, engine.Engine) {
 	return s, db
 }
 
+func putReq(k, v string) *pb.PutRequest { return &pb.PutRequest{Key: []byte(k), Value: []byte(v)} }
+
 // engineKeys counts the engine keys with the given prefix byte.
 func engineKeys(t *testing.T, e engine.Engine, prefix byte) int {
 	t.Helper()

@@ -1,57 +1,73 @@
-package mvcc
+// Package compactor compacts a store's history by etcd's auto-compaction
+// policy (--auto-compaction-mode and --auto-compaction-retention), as
+// etcd's v3compactor does beside its mvcc.
+package compactor
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/settdb/sett/mvcc"
 )
 
-// AutoCompaction is etcd's --auto-compaction-mode/-retention policy.
-type AutoCompaction struct {
+// Policy is etcd's --auto-compaction-mode/-retention policy.
+type Policy struct {
 	// Periodic keeps this much history by time; Revisions keeps this
 	// many revisions. At most one is set; neither means off.
 	Periodic  time.Duration
 	Revisions int64
 }
 
-// ParseAutoCompaction reads etcd's flags: mode "periodic" takes a
+// Parse reads etcd's flags: mode "periodic" takes a
 // duration, a bare number meaning hours; mode "revision" a count.
-func ParseAutoCompaction(mode, retention string) (AutoCompaction, error) {
+func Parse(mode, retention string) (Policy, error) {
 	if retention == "" || retention == "0" {
-		return AutoCompaction{}, nil
+		return Policy{}, nil
 	}
 	switch mode {
 	case "periodic", "":
 		if h, err := strconv.ParseInt(retention, 10, 64); err == nil {
-			return AutoCompaction{Periodic: time.Duration(h) * time.Hour}, nil
+			return Policy{Periodic: time.Duration(h) * time.Hour}, nil
 		}
 		d, err := time.ParseDuration(retention)
 		if err != nil || d < 0 {
-			return AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q: want a duration", retention)
+			return Policy{}, fmt.Errorf("--auto-compaction-retention %q: want a duration", retention)
 		}
-		return AutoCompaction{Periodic: d}, nil
+		return Policy{Periodic: d}, nil
 	case "revision":
 		n, err := strconv.ParseInt(retention, 10, 64)
 		if err != nil || n < 0 {
-			return AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q: want a number of revisions", retention)
+			return Policy{}, fmt.Errorf("--auto-compaction-retention %q: want a number of revisions", retention)
 		}
-		return AutoCompaction{Revisions: n}, nil
+		return Policy{Revisions: n}, nil
 	}
-	return AutoCompaction{}, fmt.Errorf("--auto-compaction-mode %q: want periodic or revision", mode)
+	return Policy{}, fmt.Errorf("--auto-compaction-mode %q: want periodic or revision", mode)
 }
 
 // revisionCheck is how often revision-mode compaction looks, as etcd.
 const revisionCheck = 5 * time.Minute
 
-// AutoCompact compacts by the policy until ctx ends. Periodic mode samples
-// the revision every tenth of the retention (at most hourly) and compacts
-// to the newest sample at least the retention old; revision mode compacts
-// to the current revision less the retention every five minutes.
-func (s *Store) AutoCompact(ctx context.Context, p AutoCompaction) {
+// Store is the store a compactor compacts (mvcc.Store).
+type Store interface {
+	Rev() int64
+	CompactRev() int64
+	// Leading reports whether the store takes writes: only the leader
+	// compacts.
+	Leading() bool
+	Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error)
+}
+
+// Run compacts s by the policy until ctx ends. Periodic mode samples the
+// revision every tenth of the retention (at most hourly) and compacts to
+// the newest sample at least the retention old; revision mode compacts to
+// the current revision less the retention every five minutes.
+func Run(ctx context.Context, s Store, p Policy, log *slog.Logger) {
 	var every time.Duration
 	switch {
 	case p.Periodic > 0:
@@ -92,11 +108,11 @@ func (s *Store) AutoCompact(ctx context.Context, p AutoCompaction) {
 				continue
 			}
 			_, err := s.Compact(ctx, &pb.CompactionRequest{Revision: target})
-			if err != nil && !errors.Is(err, ErrCompacted) && ctx.Err() == nil {
-				s.log.Warn("auto-compaction failed", "revision", target, "error", err)
+			if err != nil && !errors.Is(err, mvcc.ErrCompacted) && ctx.Err() == nil {
+				log.Warn("auto-compaction failed", "revision", target, "error", err)
 				continue
 			}
-			s.log.Info("auto-compacted", "revision", target)
+			log.Info("auto-compacted", "revision", target)
 		}
 	}
 }
