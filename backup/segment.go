@@ -20,7 +20,7 @@ import (
 //	times   count varints: the commit time of each revision, unix
 //	        nanoseconds, the first whole and each next as its
 //	        difference from the one before
-//	delta   the delta of the revisions (delta.go), which
+//	delta   the delta of the revisions (see writeDelta), which
 //	        checks itself
 //
 // The whole object is checked by its SHA-256 before it is read.

@@ -2,7 +2,7 @@
 // engine, and keeps the list of members.
 //
 // The election is a lease in the engine, taken and renewed with
-// conditional writes (see record.go). Each election raises the epoch, and
+// conditional writes (see leader and lease). Each election raises the epoch, and
 // the winner's store fences every commit of its term with the leader
 // record (Term.Fence), so a member that lost the lease, however late its
 // writes arrive, cannot commit them: the safety of what is written rests

@@ -7,7 +7,7 @@ import (
 )
 
 // The election keeps its records in the engine under the prefix 'c',
-// which mvcc's table of prefixes (mvcc/key.go) reserves for it:
+// which mvcc's table of prefixes reserves for it:
 //
 //	cleader             id, epoch            who was elected last
 //	clease              id, epoch, renewal   that member's lease, renewed

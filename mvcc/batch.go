@@ -19,7 +19,7 @@ var errPartial = errors.New("mvcc: an intermediate commit of a write across tran
 // later failure, so it serves writes that are whole only at their end: a
 // restore, an import or a delta applied to an engine no store serves
 // (thrown away on error), and the large request, which takes its own
-// writes back (spill.go).
+// writes back (see spillTxn).
 type batch struct {
 	eng engine.Engine
 	tx  engine.Txn

@@ -327,7 +327,7 @@ func (c *cleaner) plan(start, end []byte, target int64, prev *cleanup) (*cleanup
 			return nil, err
 		}
 		// A change-log entry, about two versions and an index, each
-		// with raw escaped (see key.go).
+		// with raw escaped (see appendEscaped).
 		size += len(k) + 3*(len(raw)+bytes.Count(raw, []byte{0})+2+suffixLen)
 		if !seen[string(raw)] {
 			seen[string(raw)] = true

@@ -9,13 +9,13 @@ import (
 // The engine keyspace is split by a one-byte prefix. This table lists
 // every prefix any package writes; a new one is added here first.
 //
-//	'a' auth:    'a' + name                 users, roles, auth state (records.go)
-//	'c' cluster: 'c' + name                 election records (cluster/record.go)
+//	'a' auth:    'a' + name                 users, roles, auth state (AuthTable)
+//	'c' cluster: 'c' + name                 election records (package cluster)
 //	'i' index:   'i' + esc(raw)             latest state of each raw key
 //	'k' keys:    'k' + esc(raw) + ^BE(rev)  one object per version
-//	'l' leases:  'l' + BE(id)               granted TTL of each lease (lease.go)
+//	'l' leases:  'l' + BE(id)               granted TTL of each lease (Lease)
 //	'm' meta:    'm' + name                 store-wide state (the names below)
-//	'p' members: 'p' + BE(id)               a single node's member records (records.go)
+//	'p' members: 'p' + BE(id)               a single node's member records (MemberTable)
 //	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
@@ -166,10 +166,10 @@ var (
 	metaState       = []byte("mstate")       // revision, applied index, writer's epoch
 	metaCompact     = []byte("mcompact")     // compact revision requested
 	metaCleaned     = []byte("mcleaned")     // compact revision fully cleaned up
-	metaMember      = []byte("mmember")      // member and cluster ids of a single member (records.go)
+	metaMember      = []byte("mmember")      // member and cluster ids of a single member (IdentityTable)
 	metaLayout      = []byte("mlayout")      // version of the key layout above
-	metaAlarms      = []byte("malarms")      // active alarms (records.go)
-	metaPending     = []byte("mpending")     // revision a large request is writing (spill.go)
-	metaCompactHash = []byte("mcompacthash") // HashKV at the compact revision before it (hash.go)
-	metaCountRanges = []byte("mcountranges") // the ranges whose counts are kept live (countcache.go)
+	metaAlarms      = []byte("malarms")      // active alarms (AlarmTable)
+	metaPending     = []byte("mpending")     // revision a large request is writing (spillTxn)
+	metaCompactHash = []byte("mcompacthash") // HashKV at the compact revision before it (compactHash)
+	metaCountRanges = []byte("mcountranges") // the ranges whose counts are kept live (liveCounts)
 )

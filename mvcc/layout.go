@@ -9,7 +9,7 @@ import (
 	"github.com/settdb/sett/engine"
 )
 
-// layoutVersion is the key layout this code writes (see key.go). Layout
+// layoutVersion is the key layout this code writes (see the table of prefixes). Layout
 // 1 kept each key's index inside its group of object keys, as the index
 // key 'k' + esc(raw) + eight zero bytes; layout 2 moved it to its own
 // prefix. Object keys never end in eight zero bytes (the suffix is the

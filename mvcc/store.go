@@ -25,7 +25,7 @@ type Options struct {
 	// takes. Zero means 1024.
 	MaxBatch int
 	// Clustered opens the store on an engine other members share (see
-	// role.go): it starts as a follower and takes writes only after
+	// Store.Lead): it starts as a follower and takes writes only after
 	// Lead, and every read takes its revision from the engine.
 	Clustered bool
 	// FollowInterval is how often a following store looks for revisions

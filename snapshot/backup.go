@@ -10,7 +10,7 @@ import (
 )
 
 // A sett backup is a store's rows (mvcc.Export) as a row stream (see
-// rows.go) under the magic "SETTBAK" and format version 1, with no header
+// RowWriter) under the magic "SETTBAK" and format version 1, with no header
 // fields. Taken from one engine snapshot, it is consistent at the one
 // revision its rows hold while writes go on, and a store opened on an
 // engine it is loaded into is that store at that revision.

@@ -31,7 +31,7 @@ type RestoreOptions struct {
 // Restore restores the snapshot at path, of either format and compressed
 // or not, into the data directory dir, which must not exist or be empty
 // (etcdutl's rule). The store is built beside dir and renamed into place
-// once whole (see unfinished.go), so a failed or stopped restore leaves no
+// once whole (see CheckRestored), so a failed or stopped restore leaves no
 // half-filled data directory.
 func Restore(path, dir string, opts RestoreOptions) (BackupInfo, error) {
 	tmp, err := beginRestore(dir)

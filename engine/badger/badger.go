@@ -89,7 +89,7 @@ type Options struct {
 	// NoSync commits without fsync (etcd's --unsafe-no-fsync): faster,
 	// and an acknowledged write can be lost in a crash. Tests only.
 	NoSync bool
-	// WAL puts sett's own write-ahead log (see wal.go) in front of
+	// WAL puts sett's own write-ahead log (see walOp) in front of
 	// Badger, which then commits without syncing: a commit costs one
 	// append and one fdatasync, shared by the commits written meanwhile.
 	// A store opened without it replays a log left by one opened with
@@ -106,13 +106,12 @@ type Options struct {
 const DefaultDiskReserve = 64 << 20
 
 // The engine's shape when Options gives none: sized for a write burst
-// of a small Kubernetes control plane. Against 4 MiB memtables, four
-// level-0 tables and a 10 MiB base level, these write about half the
-// bytes per 1 KiB create (2.5 against 5 KiB, flushes and merges
-// included) for a quarter to a third less CPU under concurrent writes,
-// at no higher peak memory: fewer, larger merges leave fewer mapped
-// table pages resident at once. A single client pays 10-15% more CPU
-// per write (see docs/BENCHMARKS.md, The write path).
+// of a small Kubernetes control plane. Against Badger's smaller shape,
+// these write about half the bytes per create, flushes and merges
+// included, for less CPU under concurrent writes, at no higher peak
+// memory: fewer, larger merges leave fewer mapped table pages resident
+// at once. A single client pays a little more CPU per write
+// (docs/BENCHMARKS.md has the figures).
 const (
 	DefaultMemTableSize    = 8 << 20
 	DefaultLevelZeroTables = 8
@@ -285,9 +284,9 @@ func Open(o Options) (*DB, error) {
 // and longer for files read back soon after (see trimmer); the working
 // set only past twice the limit, and only as much as that takes. Paging out
 // drops the pages from the page cache too, so a trim makes the reads
-// that follow fault them back in from disk: for a server, looking four
-// times a second cost the mixed load 10-15% more CPU per request for no
-// lower peak (docs/BENCHMARKS.md). A bulk load, which writes and merges
+// that follow fault them back in from disk: for a server, looking several
+// times a second cost the mixed load more CPU per request for no lower
+// peak (docs/BENCHMARKS.md). A bulk load, which writes and merges
 // new tables through their mappings at hundreds of MiB a second, looks
 // more often (see OpenDir).
 func (d *DB) trim(limit int64, all bool, every time.Duration) {
@@ -320,7 +319,7 @@ func (d *DB) trim(limit int64, all bool, every time.Duration) {
 }
 
 // openLocked opens Badger over a directory whose lock the caller holds,
-// first repairing what a power cut leaves (see repair.go).
+// first repairing what a power cut leaves (see forgetLostTables).
 func openLocked(o Options, opts bdg.Options) (*bdg.DB, error) {
 	if !o.InMemory {
 		if err := checkTables(o.Dir); err != nil {

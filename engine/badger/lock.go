@@ -9,7 +9,7 @@ import (
 
 // lockName is the file whose lock says a process has the directory open:
 // Badger's own, which sett takes itself before anything else, since the
-// repairs Open makes for a power cut (repair.go) change the directory
+// repairs Open makes for a power cut (forgetLostTables, dropEmptyLogs) change the directory
 // before Badger would take it. Badger's guard is then bypassed.
 const lockName = "LOCK"
 

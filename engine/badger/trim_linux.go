@@ -41,11 +41,10 @@ import (
 // paged out (see trimmer), as the accessed bits the kernel keeps per page
 // tell (smaps' Referenced, cleared after each trim through clear_refs).
 // Paging out every mapped file, as the trimmer first did, evicted the
-// working set once a second under a steady load: in the soak (issue 30)
-// sett took some 400 major faults a second, a list of 300 pods faulted
-// its tables back in from disk each time (300-420 ms at p99 against
-// etcd's 11 ms), and commits faulted the memtable's log back in under
-// Badger's write lock. A store at rest is untouched, so at rest the
+// working set once a second under a steady load: every list faulted its
+// tables back in from disk, and commits faulted the memtable's log back
+// in under Badger's write lock (the soak's list tail showed it; see
+// docs/BENCHMARKS-HISTORY.md). A store at rest is untouched, so at rest the
 // bound holds one trim later than it did.
 
 // mappedResident returns the resident bytes of file-backed mappings of

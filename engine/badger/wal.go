@@ -19,7 +19,7 @@ import (
 // The write-ahead log sett keeps in front of Badger when Badger commits
 // without syncing (Options.WAL). Each commit's writes are one record,
 // appended with write(2) to a preallocated segment file and made durable
-// with one fdatasync (F_FULLFSYNC on macOS, see fsync_darwin.go), which
+// with one fdatasync (F_FULLFSYNC on macOS, see syncData), which
 // any number of commits written meanwhile share. The log, not Badger,
 // is then the durable record of a commit: Badger's memtable log and
 // value log reach the disk only at a checkpoint, or when Badger flushes
