@@ -66,6 +66,7 @@ type config struct {
 	settFlags       string
 	timeout         time.Duration
 	workloadTimeout time.Duration
+	chart           string // the ratio chart's PNG
 }
 
 // A bench is one run: the binaries, the temp root holding every data dir,
@@ -153,6 +154,7 @@ func run() int {
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
 	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
 	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
+	flag.StringVar(&cfg.chart, "chart", "bin/bench/ratios.png", "where to draw the chart of sett's ratios to the other servers (empty: none)")
 	flag.Parse()
 	cfg.scaleBy(scale)
 
@@ -227,6 +229,13 @@ func run() int {
 	fmt.Println("\nFor docs/BENCHMARKS.md:")
 	fmt.Println()
 	b.res.printMarkdown(os.Stdout)
+	if cfg.chart != "" {
+		if err := b.res.drawRatios(cfg.chart); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("\nthe ratio chart: %s\n", cfg.chart)
+	}
 	if b.res.failures > 0 {
 		fmt.Printf("\n%d workload runs failed\n", b.res.failures)
 		return 1
