@@ -23,6 +23,7 @@ import (
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -69,7 +70,7 @@ type peerConfig struct {
 	tokens auth.Tokens // nil: simple ones
 	// tls, when set, makes the peer serve https with these files, and
 	// its client connect with clientTLS.
-	tls       *server.TLSFiles
+	tls       *transport.TLSFiles
 	clientTLS *tls.Config
 	// advertise, when set, is the address the peer advertises to the
 	// others instead of its own (a proxy in front of it).

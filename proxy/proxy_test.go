@@ -31,6 +31,7 @@ import (
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/proxy"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -279,7 +280,7 @@ func TestTLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startProxy(t, proxy.Config{
 				Endpoints: []string{startSett(t, server.Config{})},
-				TLS: server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true,
+				TLS: transport.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true,
 					MinVersion: tc.min, MaxVersion: tc.max},
 			})
 			addr := p.Addr().String()
@@ -345,7 +346,7 @@ func TestUpstreamTLS(t *testing.T) {
 	srvCrt, srvKey := pki.Issue(t, "server", 2, false)
 	endpoint := startSett(t, server.Config{
 		ListenClientURLs: []string{"https://127.0.0.1:0"},
-		TLS:              server.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: pki.CA, ClientCertAuth: true},
+		TLS:              transport.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: pki.CA, ClientCertAuth: true},
 	})
 	named, namedKey := proxyCert(t, pki, "named", "root")
 	if _, err := proxy.Listen(proxy.Config{

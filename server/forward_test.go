@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/settdb/sett/transport"
 )
 
 // TestClientFilesChecked: as etcd does, a client certificate without its
@@ -12,7 +14,7 @@ import (
 // refused at start rather than found missing at the first forward.
 func TestClientFilesChecked(t *testing.T) {
 	dir := t.TempDir()
-	files, err := selfSigned(dir, []string{"127.0.0.1"}, 1)
+	files, err := transport.SelfSigned(dir, []string{"127.0.0.1"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func TestClientFilesChecked(t *testing.T) {
 		{"", files.KeyFile, "must be given together"},
 		{junk, files.KeyFile, "--client-cert-file"},
 	} {
-		err := checkClientFiles(TLSFiles{ClientCertFile: tc.cert, ClientKeyFile: tc.key})
+		err := checkClientFiles(transport.TLSFiles{ClientCertFile: tc.cert, ClientKeyFile: tc.key})
 		if tc.refused == "" && err != nil || tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)) {
 			t.Errorf("cert %q key %q: %v, want refused: %q", tc.cert, tc.key, err, tc.refused)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 )
 
 // The JSON gateway, driven as curl users drive it: POSTs of JSON bodies
@@ -348,7 +349,7 @@ func TestGatewayClientCertName(t *testing.T) {
 	crt, key := pki.Issue(t, "server", 2, false)
 	in, _ := startSett(t, "", server.Config{
 		ListenClientURLs: []string{"https://127.0.0.1:0"},
-		TLS:              server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true},
+		TLS:              transport.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true},
 	})
 	clientTLS := pki.ClientTLS(t, true)
 	g := newGWTarget("https://" + in.addr)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -80,7 +81,7 @@ type Config struct {
 	ListenMetricsURLs []string
 	// TLS is the certificate for https and unixs URLs; AutoTLS makes a
 	// self-signed one in DataDir when none is given.
-	TLS     TLSFiles
+	TLS     transport.TLSFiles
 	AutoTLS bool
 	DataDir string
 	// EnablePprof serves /debug/pprof on the HTTP endpoints.
@@ -430,7 +431,7 @@ func (s *Server) Listen() error {
 		files := s.cfg.TLS
 		if files.Empty() && s.cfg.AutoTLS {
 			var err error
-			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
+			files, err = transport.SelfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
 			if err != nil {
 				return fmt.Errorf("auto tls: %w", err)
 			}
@@ -441,7 +442,7 @@ func (s *Server) Listen() error {
 		if files.Empty() {
 			return s.missingTLS()
 		}
-		conf, err := newTLSConfig(files)
+		conf, err := files.ServerConfig()
 		if err != nil {
 			return err
 		}

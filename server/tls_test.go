@@ -20,6 +20,7 @@ import (
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -78,7 +79,7 @@ func health(t *testing.T, p *harness.PKI, addr string, c tlsClientCase) (bool, e
 
 // startEtcdTLS runs an embedded etcd serving https with files as its
 // client TLS and returns its client address.
-func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
+func startEtcdTLS(t *testing.T, files transport.TLSFiles) string {
 	t.Helper()
 	return harness.StartEtcd(t, harness.Etcd{Configure: func(cfg *embed.Config) {
 		cfg.ListenClientUrls[0].Scheme, cfg.AdvertiseClientUrls[0].Scheme = "https", "https"
@@ -101,7 +102,7 @@ func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
 func TestClientTLSRules(t *testing.T) {
 	ca := harness.NewPKI(t)
 	srvCrt, srvKey := issue(t, ca, "server", 2, "127.0.0.1", "localhost")
-	base := server.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: ca.CA, ClientCertAuth: true}
+	base := transport.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: ca.CA, ClientCertAuth: true}
 	tls12Only := base
 	tls12Only.CRLFile = ca.Revoke(t, 7)
 	tls12Only.AllowedCNs = []string{"alice"}
@@ -114,7 +115,7 @@ func TestClientTLSRules(t *testing.T) {
 
 	for _, conf := range []struct {
 		name  string
-		files server.TLSFiles
+		files transport.TLSFiles
 		cases []tlsClientCase
 	}{
 		{"crl, cn, TLS1.2 and one suite", tls12Only, []tlsClientCase{
@@ -151,25 +152,25 @@ func TestClientTLSRules(t *testing.T) {
 func TestClientTLSRefusedAtStart(t *testing.T) {
 	ca := harness.NewPKI(t)
 	crt, key := issue(t, ca, "server", 2, "127.0.0.1")
-	tlsBase := server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: ca.CA, ClientCertAuth: true}
+	tlsBase := transport.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: ca.CA, ClientCertAuth: true}
 	badCRL := filepath.Join(ca.Dir, "bad.crl")
 	os.WriteFile(badCRL, []byte("not a crl"), 0o600)
 	for _, c := range []struct {
 		name  string
 		https bool
-		edit  func(*server.TLSFiles)
+		edit  func(*transport.TLSFiles)
 		want  string
 	}{
-		{"crl without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.CRLFile = ca.Revoke(t, 7) }, "--client-crl-file needs --client-cert-auth"},
-		{"cn without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.AllowedCNs = []string{"a"} }, "--client-cert-allowed-cn needs --client-cert-auth"},
-		{"cn and hostname", true, func(f *server.TLSFiles) { f.AllowedCNs, f.AllowedHostnames = []string{"a"}, []string{"b"} }, "mutually exclusive"},
-		{"min above max", true, func(f *server.TLSFiles) { f.MinVersion, f.MaxVersion = tls.VersionTLS13, tls.VersionTLS12 }, "greater than --tls-max-version"},
-		{"suites with TLS1.3 only", true, func(f *server.TLSFiles) {
+		{"crl without client-cert-auth", true, func(f *transport.TLSFiles) { f.ClientCertAuth = false; f.CRLFile = ca.Revoke(t, 7) }, "--client-crl-file needs --client-cert-auth"},
+		{"cn without client-cert-auth", true, func(f *transport.TLSFiles) { f.ClientCertAuth = false; f.AllowedCNs = []string{"a"} }, "--client-cert-allowed-cn needs --client-cert-auth"},
+		{"cn and hostname", true, func(f *transport.TLSFiles) { f.AllowedCNs, f.AllowedHostnames = []string{"a"}, []string{"b"} }, "mutually exclusive"},
+		{"min above max", true, func(f *transport.TLSFiles) { f.MinVersion, f.MaxVersion = tls.VersionTLS13, tls.VersionTLS12 }, "greater than --tls-max-version"},
+		{"suites with TLS1.3 only", true, func(f *transport.TLSFiles) {
 			f.MinVersion, f.CipherSuites = tls.VersionTLS13, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384}
 		}, "--cipher-suites cannot be set"},
-		{"unreadable crl", true, func(f *server.TLSFiles) { f.CRLFile = badCRL }, "--client-crl-file"},
-		{"client-cert-auth over http", false, func(f *server.TLSFiles) {}, "--client-cert-auth needs an https or unixs client URL"},
-		{"crl over http", false, func(f *server.TLSFiles) { f.CRLFile = ca.Revoke(t, 7) }, "needs an https or unixs client URL"},
+		{"unreadable crl", true, func(f *transport.TLSFiles) { f.CRLFile = badCRL }, "--client-crl-file"},
+		{"client-cert-auth over http", false, func(f *transport.TLSFiles) {}, "--client-cert-auth needs an https or unixs client URL"},
+		{"crl over http", false, func(f *transport.TLSFiles) { f.CRLFile = ca.Revoke(t, 7) }, "needs an https or unixs client URL"},
 	} {
 		files := tlsBase
 		c.edit(&files)
@@ -187,8 +188,8 @@ func TestClientTLSRefusedAtStart(t *testing.T) {
 		{"", "TLS_RSA_WITH_NOPE", "unexpected TLS cipher suite"},
 		{"", "TLS_AES_128_GCM_SHA256", "TLS 1.3 suite"},
 	} {
-		_, verr := server.ParseTLSVersion(c.version)
-		_, serr := server.ParseCipherSuites(strings.Fields(c.suite))
+		_, verr := transport.ParseTLSVersion(c.version)
+		_, serr := transport.ParseCipherSuites(strings.Fields(c.suite))
 		if err := errorsJoin(verr, serr); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %q: %v, want %q", c.version, c.suite, err, c.want)
 		}

@@ -1,4 +1,6 @@
-package server
+// Package transport is how sett meets the network: the TLS its clients
+// are served with and its members call each other with.
+package transport
 
 import (
 	"crypto/ecdsa"
@@ -137,10 +139,12 @@ type reloader struct {
 }
 
 // ServerConfig is the TLS configuration of a server presenting these
-// files and enforcing their rules; the files are re-read when they change.
-func (f TLSFiles) ServerConfig() (*tls.Config, error) { return newTLSConfig(f) }
-
-func newTLSConfig(files TLSFiles) (*tls.Config, error) {
+// files and enforcing their rules. The files are re-read at a handshake
+// after any of them changed; one caught half-written is ignored and the
+// last good material kept. An error is Validate's, or a file missing or
+// not parsing now.
+func (f TLSFiles) ServerConfig() (*tls.Config, error) {
+	files := f
 	if err := files.Validate(); err != nil {
 		return nil, err
 	}
@@ -186,6 +190,47 @@ func newTLSConfig(files TLSFiles) (*tls.Config, error) {
 		return c, nil
 	}
 	return base, nil
+}
+
+// ClientConfig is the TLS configuration of the client side of these
+// settings, for a member that calls another, as etcd's client TLS info
+// makes it: the other's certificate is verified against TrustedCAFile
+// (the system's roots without one), and this side presents
+// ClientCertFile, or CertFile when that is not set, or nothing when
+// neither is, re-read when its files change. The cipher suites and
+// versions are those served with, TLS 1.2 at least.
+func (f TLSFiles) ClientConfig() (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: max(f.MinVersion, tls.VersionTLS12), MaxVersion: f.MaxVersion, CipherSuites: f.CipherSuites}
+	if f.TrustedCAFile != "" {
+		b, err := os.ReadFile(f.TrustedCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("tls: no certificate in %s", f.TrustedCAFile)
+		}
+	}
+	cert, key := f.ClientCertFile, f.ClientKeyFile
+	if cert == "" {
+		cert, key = f.CertFile, f.KeyFile
+	}
+	if cert == "" {
+		return conf, nil
+	}
+	r := &reloader{files: TLSFiles{CertFile: cert, KeyFile: key}}
+	if err := r.refresh(); err != nil {
+		return nil, err
+	}
+	conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if err := r.refresh(); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.cert, nil
+	}
+	return conf, nil
 }
 
 // verifyAllowed admits a verified client certificate whose common name
@@ -293,12 +338,11 @@ func readCRL(path string) (map[string]bool, error) {
 }
 
 // SelfSigned writes a self-signed certificate and key for hosts into dir,
-// unless they are there already, as etcd's --auto-tls does, and names them.
+// unless both files are there already (then they are named as they are,
+// whatever hosts they were made for), as etcd's --auto-tls does, and
+// names them. An empty host is skipped; an IP address goes in the IP
+// SANs, anything else in the DNS names.
 func SelfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
-	return selfSigned(dir, hosts, years)
-}
-
-func selfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 	files := TLSFiles{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
 	if _, err := os.Stat(files.CertFile); err == nil {
 		if _, err := os.Stat(files.KeyFile); err == nil {
