@@ -111,20 +111,22 @@ func startPeerConfig(t testing.TB, eng engine.Engine, name string, cfg peerConfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	scfg := server.Config{
-		Name:             name,
-		ListenClientURLs: []string{url},
-		Logger:           quiet(),
-		Cluster:          m.el,
-		Auth:             as,
-	}
+	tc := transport.Config{ClientURLs: []string{url}, Forwarding: true, Logger: quiet()}
 	if cfg.tls != nil {
-		scfg.TLS = *cfg.tls
+		tc.TLS = *cfg.tls
+	}
+	tr := transport.New(tc)
+	scfg := server.Config{
+		Name:      name,
+		Transport: tr,
+		Logger:    quiet(),
+		Cluster:   m.el,
+		Auth:      as,
 	}
 	if m.srv, err = server.New(scfg, m.store, hub, lessor, eng); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.srv.Listen(); err != nil {
+	if err := tr.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	var sctx, ectx context.Context

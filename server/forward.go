@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
-
-	"github.com/settdb/sett/transport"
 )
 
 // In clustered mode a follower forwards what only the leader may do —
@@ -264,7 +260,7 @@ func (f *forwarder) dialTarget(raw string) (string, credentials.TransportCredent
 		return u.Host, insecure.NewCredentials(), nil
 	case "https":
 		if f.creds == nil {
-			if f.creds, err = f.s.clientTLS(); err != nil {
+			if f.creds, err = f.s.tr.ClientTLS(); err != nil {
 				return "", nil, err
 			}
 		}
@@ -275,41 +271,4 @@ func (f *forwarder) dialTarget(raw string) (string, credentials.TransportCredent
 		return "unix://" + u.Host + u.Path, insecure.NewCredentials(), nil
 	}
 	return "", nil, fmt.Errorf("client URL %q: unsupported scheme", raw)
-}
-
-// clientTLS is the TLS a member speaks as a client of another member
-// (see transport.TLSFiles.ClientConfig). With --auto-tls every member's
-// certificate is its own self-signed one, which nothing can verify: as
-// etcd does, the leader's is then not verified.
-func (s *Server) clientTLS() (*tls.Config, error) {
-	files := s.cfg.TLS
-	auto := files.ClientCertFile == "" && files.CertFile == "" && s.cfg.AutoTLS
-	if auto {
-		self, err := transport.SelfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
-		if err != nil {
-			return nil, fmt.Errorf("auto tls: %w", err)
-		}
-		files.CertFile, files.KeyFile = self.CertFile, self.KeyFile
-	}
-	conf, err := files.ClientConfig()
-	if err != nil {
-		return nil, err
-	}
-	conf.InsecureSkipVerify = auto
-	return conf, nil
-}
-
-// checkClientFiles refuses, as etcd does, a client certificate without
-// its key or a key without its certificate, and files that do not load.
-func checkClientFiles(files transport.TLSFiles) error {
-	if (files.ClientCertFile == "") != (files.ClientKeyFile == "") {
-		return errors.New("--client-cert-file and --client-key-file must be given together")
-	}
-	if files.ClientCertFile == "" {
-		return nil
-	}
-	if _, err := tls.LoadX509KeyPair(files.ClientCertFile, files.ClientKeyFile); err != nil {
-		return fmt.Errorf("--client-cert-file: %w", err)
-	}
-	return nil
 }

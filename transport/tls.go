@@ -1,5 +1,3 @@
-// Package transport is how sett meets the network: the TLS its clients
-// are served with and its members call each other with.
 package transport
 
 import (
@@ -14,9 +12,11 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -388,4 +388,140 @@ func SelfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 		return files, err
 	}
 	return files, os.WriteFile(files.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+// checkClientFiles refuses, as etcd does, a client certificate without
+// its key or a key without its certificate, and files that do not load.
+func (f TLSFiles) checkClientFiles() error {
+	if (f.ClientCertFile == "") != (f.ClientKeyFile == "") {
+		return errors.New("--client-cert-file and --client-key-file must be given together")
+	}
+	if f.ClientCertFile == "" {
+		return nil
+	}
+	if _, err := tls.LoadX509KeyPair(f.ClientCertFile, f.ClientKeyFile); err != nil {
+		return fmt.Errorf("--client-cert-file: %w", err)
+	}
+	return nil
+}
+
+func secureURL(u string) bool {
+	return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://")
+}
+
+func (c Config) needsTLS() bool { return slices.ContainsFunc(c.allURLs(), secureURL) }
+
+// errMissingMetricsTLS refuses an https or unixs metrics URL without a
+// certificate, in etcd's words.
+var errMissingMetricsTLS = errors.New("client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url")
+
+// missingTLS says which secure URL has no certificate: a client URL
+// first, in etcd's words and order (etcd opens the client listeners
+// before the metrics ones).
+func (c Config) missingTLS() error {
+	for _, u := range append(append([]string(nil), c.ClientURLs...), c.ClientHTTPURLs...) {
+		if secureURL(u) {
+			return fmt.Errorf("TLS key/cert (--cert-file, --key-file) must be provided for client url %s with HTTPS scheme (or --auto-tls)", u)
+		}
+	}
+	return errMissingMetricsTLS
+}
+
+// checkNoTLS refuses client TLS settings when no URL serves TLS: they
+// would be accepted and never applied. The settings etcd applies to its
+// peers as well are only noted: sett has no peers.
+func (t *Transport) checkNoTLS() error {
+	f := t.cfg.TLS
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"--client-cert-auth", f.ClientCertAuth},
+		{"--client-crl-file", f.CRLFile != ""},
+		{"--client-cert-allowed-cn", len(f.AllowedCNs) > 0},
+		{"--client-cert-allowed-hostname", len(f.AllowedHostnames) > 0},
+	} {
+		if o.set {
+			return fmt.Errorf("%s needs an https or unixs client URL: no plain connection presents a certificate", o.name)
+		}
+	}
+	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
+		msg := "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and a single sett makes none of its own"
+		if t.cfg.Forwarding {
+			msg = "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS, so only this member's forwarding to an https leader uses them"
+		}
+		t.log.Info(msg)
+	}
+	return nil
+}
+
+// hostsOf are the hosts a self-signed certificate is made for: the
+// loopback's and those the URLs name.
+func hostsOf(urls []string) []string {
+	hosts := []string{"localhost", "127.0.0.1"}
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err == nil {
+			if h := u.Hostname(); h != "" {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	return hosts
+}
+
+// selfSigned is the AutoTLS certificate, made on first use.
+func (t *Transport) selfSigned() (TLSFiles, error) {
+	files, err := SelfSigned(t.cfg.AutoTLSDir, hostsOf(t.cfg.allURLs()), t.cfg.SelfSignedCertValidity)
+	if err != nil {
+		return files, fmt.Errorf("auto tls: %w", err)
+	}
+	return files, nil
+}
+
+// makeServerTLS is the TLS of the https and unixs URLs: TLS's
+// certificate, or with AutoTLS and none, a self-signed one under TLS's
+// rules.
+func (t *Transport) makeServerTLS() (*tls.Config, error) {
+	files := t.cfg.TLS
+	if files.Empty() && t.cfg.AutoTLS {
+		self, err := t.selfSigned()
+		if err != nil {
+			return nil, err
+		}
+		files.CertFile, files.KeyFile = self.CertFile, self.KeyFile
+	}
+	if files.Empty() {
+		return nil, t.cfg.missingTLS()
+	}
+	return files.ServerConfig()
+}
+
+// serverTLS is the TLS of the https and unixs URLs, nil until Listen
+// made it.
+func (t *Transport) serverTLS() *tls.Config {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tlsConf
+}
+
+// ClientTLS is the TLS this member speaks as a client of another member
+// (see TLSFiles.ClientConfig). With AutoTLS and no certificate, the
+// member presents its self-signed one and, as etcd does, does not verify
+// the other's, which is self-signed too and so verifiable by nothing.
+func (t *Transport) ClientTLS() (*tls.Config, error) {
+	files := t.cfg.TLS
+	auto := files.ClientCertFile == "" && files.CertFile == "" && t.cfg.AutoTLS
+	if auto {
+		self, err := t.selfSigned()
+		if err != nil {
+			return nil, err
+		}
+		files.CertFile, files.KeyFile = self.CertFile, self.KeyFile
+	}
+	conf, err := files.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	conf.InsecureSkipVerify = auto
+	return conf, nil
 }

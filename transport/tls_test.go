@@ -1,7 +1,6 @@
-package server_test
+package transport_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -18,11 +17,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/settdb/sett/internal/harness"
-	"github.com/settdb/sett/mvcc"
-	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/transport"
-	"github.com/settdb/sett/ttl"
-	"github.com/settdb/sett/watch"
 )
 
 // issue writes a certificate for cn with serial and host names, for
@@ -133,8 +128,8 @@ func TestClientTLSRules(t *testing.T) {
 		}},
 	} {
 		t.Run(conf.name, func(t *testing.T) {
-			in, _ := startSett(t, "", server.Config{ListenClientURLs: []string{"https://127.0.0.1:0"}, TLS: conf.files})
-			sides := map[string]string{"sett": in.addr, "etcd": startEtcdTLS(t, conf.files)}
+			tr := serve(t, transport.Config{ClientURLs: []string{"https://127.0.0.1:0"}, TLS: conf.files})
+			sides := map[string]string{"sett": tr.Addrs()[0].String(), "etcd": startEtcdTLS(t, conf.files)}
 			for _, c := range conf.cases {
 				for side, addr := range sides {
 					ok, err := health(t, ca, addr, c)
@@ -178,7 +173,7 @@ func TestClientTLSRefusedAtStart(t *testing.T) {
 		if c.https {
 			u = "https://127.0.0.1:0"
 		}
-		err := listenOnly(t, server.Config{ListenClientURLs: []string{u}, TLS: files})
+		err := listenOnly(t, transport.Config{ClientURLs: []string{u}, TLS: files})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Listen: %v, want an error saying %q", c.name, err, c.want)
 		}
@@ -203,31 +198,36 @@ func errorsJoin(a, b error) error {
 	return b
 }
 
-// listenOnly builds a server with cfg and returns what Listen says; a
-// server that did listen is stopped again.
-func listenOnly(t *testing.T, cfg server.Config) error {
-	t.Helper()
-	db, err := openEngine(t.TempDir())
+// TestClientFilesChecked: as etcd does, a client certificate without its
+// key (or a key without its certificate), or one that does not load, is
+// refused at start rather than found missing at the first forward; a
+// member that forwards to no leader refuses one it would never present.
+func TestClientFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	files, err := transport.SelfSigned(dir, []string{"127.0.0.1"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	hub := watch.NewHub(watch.Options{})
-	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
-	if err != nil {
+	junk := filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	cfg.Logger = quietLogger()
-	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		cert, key  string
+		forwarding bool
+		refused    string
+	}{
+		{"", "", true, ""},
+		{files.CertFile, files.KeyFile, true, ""},
+		{files.CertFile, "", true, "must be given together"},
+		{"", files.KeyFile, true, "must be given together"},
+		{junk, files.KeyFile, true, "--client-cert-file"},
+		{files.CertFile, files.KeyFile, false, "a single member makes no such connection"},
+	} {
+		err := listenOnly(t, transport.Config{ClientURLs: []string{"http://127.0.0.1:0"}, Forwarding: tc.forwarding,
+			TLS: transport.TLSFiles{ClientCertFile: tc.cert, ClientKeyFile: tc.key}})
+		if tc.refused == "" && err != nil || tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)) {
+			t.Errorf("cert %q key %q forwarding %t: %v, want refused: %q", tc.cert, tc.key, tc.forwarding, err, tc.refused)
+		}
 	}
-	err = srv.Listen()
-	if err == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		srv.Serve(ctx)
-	}
-	return err
 }
