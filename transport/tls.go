@@ -48,7 +48,8 @@ type TLSFiles struct {
 	MinVersion, MaxVersion uint16
 }
 
-// Empty reports whether no certificate is configured.
+// Empty reports whether no certificate is configured: CertFile and
+// KeyFile both unset, whatever the other fields say.
 func (f TLSFiles) Empty() bool { return f.CertFile == "" && f.KeyFile == "" }
 
 // Validate refuses settings that cannot all hold, or that would not be
@@ -95,8 +96,10 @@ func ParseTLSVersion(s string) (uint16, error) {
 }
 
 // ParseCipherSuites reads cipher suites by the names Go and etcd give
-// them (tls.CipherSuiteName's, and etcd's two short CHACHA20 aliases).
-// TLS 1.3 suites are refused: they would be listed and not applied.
+// them (tls.CipherSuiteName's, and etcd's two short CHACHA20 aliases),
+// insecure ones included, as etcd takes them; no names is nil, Go's
+// defaults. TLS 1.3 suites are refused: they would be listed and not
+// applied.
 func ParseCipherSuites(names []string) ([]uint16, error) {
 	byName := map[string]*tls.CipherSuite{}
 	for _, c := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
@@ -506,8 +509,10 @@ func (t *Transport) serverTLS() *tls.Config {
 
 // ClientTLS is the TLS this member speaks as a client of another member
 // (see TLSFiles.ClientConfig). With AutoTLS and no certificate, the
-// member presents its self-signed one and, as etcd does, does not verify
-// the other's, which is self-signed too and so verifiable by nothing.
+// member presents its self-signed one (made now if it is not there yet)
+// and, as etcd does, does not verify the other's, which is self-signed
+// too and so verifiable by nothing. An error is a file missing or not
+// parsing now.
 func (t *Transport) ClientTLS() (*tls.Config, error) {
 	files := t.cfg.TLS
 	auto := files.ClientCertFile == "" && files.CertFile == "" && t.cfg.AutoTLS

@@ -31,7 +31,8 @@ type Config struct {
 	// (etcd's --listen-client-urls): http://host:port, https://host:port,
 	// unix://path or unixs://path. URLs on one address share its
 	// listener, which tells TLS from plain connections by their first
-	// byte; a port of 0 is a free port per URL.
+	// byte; a port of 0 is a free port per URL. A unix socket replaces
+	// whatever file is at its path, and only its owner may use it.
 	ClientURLs []string
 	// ClientHTTPURLs, when set, serve HTTP only, and ClientURLs then
 	// serve gRPC only (--listen-client-http-urls). No address may be in
@@ -54,7 +55,8 @@ type Config struct {
 	SocketReusePort, SocketReuseAddr bool
 	// Forwarding says this member calls another as a client (a
 	// clustered member forwards to its leader): only then is a client
-	// certificate (TLS.ClientCertFile) of use.
+	// certificate (TLS.ClientCertFile) of use, and Listen refuses one
+	// otherwise.
 	Forwarding bool
 	// Logger receives a line for each listener opened; nil: slog's
 	// default.
@@ -242,7 +244,8 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// Addrs are the addresses of the client URLs' listeners, in the order of
+// Addrs are the addresses of the client URLs' listeners, one per
+// listener (URLs sharing one share its address), in the order of
 // ClientURLs; none before Listen.
 func (t *Transport) Addrs() []net.Addr {
 	t.mu.Lock()
