@@ -18,7 +18,7 @@ import (
 	"github.com/settdb/sett/embed"
 	"github.com/settdb/sett/internal/cmdline"
 	"github.com/settdb/sett/internal/systemd"
-	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 )
 
 // runServe is `sett serve`: the flags become an embed.Config, and
@@ -139,8 +139,8 @@ func serveConfig(c *cli.Context, cfg *embed.Config) (err error) {
 }
 
 // serverTLS reads the flags of the TLS sett serves to clients.
-func serverTLS(c *cli.Context) (server.TLSFiles, error) {
-	f := server.TLSFiles{
+func serverTLS(c *cli.Context) (transport.TLSFiles, error) {
+	f := transport.TLSFiles{
 		CertFile:         c.String("cert-file"),
 		KeyFile:          c.String("key-file"),
 		TrustedCAFile:    c.String("trusted-ca-file"),
@@ -152,13 +152,13 @@ func serverTLS(c *cli.Context) (server.TLSFiles, error) {
 		ClientKeyFile:    c.String("client-key-file"),
 	}
 	var err error
-	if f.CipherSuites, err = server.ParseCipherSuites(cmdline.SplitList(c.String("cipher-suites"))); err != nil {
+	if f.CipherSuites, err = transport.ParseCipherSuites(cmdline.SplitList(c.String("cipher-suites"))); err != nil {
 		return f, fmt.Errorf("--cipher-suites: %w", err)
 	}
-	if f.MinVersion, err = server.ParseTLSVersion(c.String("tls-min-version")); err != nil {
+	if f.MinVersion, err = transport.ParseTLSVersion(c.String("tls-min-version")); err != nil {
 		return f, fmt.Errorf("--tls-min-version: %w", err)
 	}
-	if f.MaxVersion, err = server.ParseTLSVersion(c.String("tls-max-version")); err != nil {
+	if f.MaxVersion, err = transport.ParseTLSVersion(c.String("tls-max-version")); err != nil {
 		return f, fmt.Errorf("--tls-max-version: %w", err)
 	}
 	return f, f.Validate()

@@ -21,6 +21,7 @@ import (
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -116,16 +117,18 @@ func startSettWith(o badger.Options) (*system, error) {
 		db.Close()
 		return nil, err
 	}
-	srv, err := server.New(server.Config{
-		ListenClientURLs: []string{"http://127.0.0.1:0"},
-		Logger:           quietLogger(),
-	}, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
+	tr := transport.New(transport.Config{ClientURLs: []string{"http://127.0.0.1:0"}, Logger: quietLogger()})
+	srv, err := server.New(server.Config{Transport: tr, Logger: quietLogger()},
+		store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
 	if err != nil {
+		tr.Close()
 		store.Close()
 		db.Close()
 		return nil, err
 	}
-	if err := srv.Listen(); err != nil {
+	if err := tr.Listen(); err != nil {
+		srv.Release()
+		tr.Close()
 		store.Close()
 		db.Close()
 		return nil, err
@@ -139,7 +142,7 @@ func startSettWith(o badger.Options) (*system, error) {
 		store.Close()
 		db.Close()
 	}
-	cli, err := newClient(srv.Addrs()[0].String())
+	cli, err := newClient(tr.Addrs()[0].String())
 	if err != nil {
 		stopServer()
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -69,7 +70,7 @@ type peerConfig struct {
 	tokens auth.Tokens // nil: simple ones
 	// tls, when set, makes the peer serve https with these files, and
 	// its client connect with clientTLS.
-	tls       *server.TLSFiles
+	tls       *transport.TLSFiles
 	clientTLS *tls.Config
 	// advertise, when set, is the address the peer advertises to the
 	// others instead of its own (a proxy in front of it).
@@ -110,20 +111,22 @@ func startPeerConfig(t testing.TB, eng engine.Engine, name string, cfg peerConfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	scfg := server.Config{
-		Name:             name,
-		ListenClientURLs: []string{url},
-		Logger:           quiet(),
-		Cluster:          m.el,
-		Auth:             as,
-	}
+	tc := transport.Config{ClientURLs: []string{url}, Forwarding: true, Logger: quiet()}
 	if cfg.tls != nil {
-		scfg.TLS = *cfg.tls
+		tc.TLS = *cfg.tls
+	}
+	tr := transport.New(tc)
+	scfg := server.Config{
+		Name:      name,
+		Transport: tr,
+		Logger:    quiet(),
+		Cluster:   m.el,
+		Auth:      as,
 	}
 	if m.srv, err = server.New(scfg, m.store, hub, lessor, eng); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.srv.Listen(); err != nil {
+	if err := tr.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	var sctx, ectx context.Context

@@ -18,7 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/settdb/sett/internal/harness"
-	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 )
 
 // keptAlive follows a clientv3 keep-alive channel: it counts the answers
@@ -143,7 +143,7 @@ func TestForwardTLS(t *testing.T) {
 	ca := harness.NewPKI(t)
 	var ms []*peer
 	for i, name := range []string{"a", "b", "c"} {
-		files := &server.TLSFiles{TrustedCAFile: ca.CA, ClientCertAuth: true}
+		files := &transport.TLSFiles{TrustedCAFile: ca.CA, ClientCertAuth: true}
 		if name == "c" {
 			// No client certificate of its own: it presents its serving
 			// one, which is good for both.

@@ -26,6 +26,7 @@ import (
 	"github.com/settdb/sett/internal/lincheck"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -268,14 +269,15 @@ func (m *nemesisMember) start() {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Name: m.name, ListenClientURLs: []string{url}, Logger: log, Cluster: el, Auth: as}, store, hub, lessor, m.eng)
+	tr := transport.New(transport.Config{ClientURLs: []string{url}, Forwarding: true, Logger: log})
+	srv, err := server.New(server.Config{Name: m.name, Transport: tr, Logger: log, Cluster: el, Auth: as}, store, hub, lessor, m.eng)
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	// The port was this member's before; another process may hold it
 	// for a moment after a stop.
 	for i := 0; ; i++ {
-		if err = srv.Listen(); err == nil {
+		if err = tr.Listen(); err == nil {
 			break
 		}
 		if i == 100 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
+	"github.com/settdb/sett/transport"
 )
 
 // Config is everything a sett server is started with. Each field names
@@ -84,7 +85,7 @@ type Config struct {
 	// --client-cert-allowed-hostname, --client-cert-file,
 	// --client-key-file, --cipher-suites, --tls-min-version (TLS 1.2) and
 	// --tls-max-version (Go's highest).
-	ClientTLS server.TLSFiles
+	ClientTLS transport.TLSFiles
 	// AutoTLS serves TLS with a self-signed certificate when no CertFile
 	// is given (--auto-tls, false), valid for SelfSignedCertValidity
 	// years (--self-signed-cert-validity, 1).
@@ -219,7 +220,7 @@ func NewConfig() Config {
 		EnableGRPCGateway:           true,
 		CORS:                        []string{"*"},
 		HostWhitelist:               []string{"*"},
-		ClientTLS:                   server.TLSFiles{MinVersion: tls.VersionTLS12},
+		ClientTLS:                   transport.TLSFiles{MinVersion: tls.VersionTLS12},
 		SelfSignedCertValidity:      1,
 		AuthToken:                   "simple",
 		AuthTokenTTL:                300 * time.Second,

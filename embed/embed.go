@@ -1,8 +1,8 @@
 // Package embed runs a sett server inside a Go program, as the sett
 // command does: Start assembles it from a Config (the engine, the store,
 // the watch hub, leases, auth, the election of a clustered member,
-// scheduled snapshots and the listeners) and Close takes it down in
-// reverse order.
+// scheduled snapshots, and the transport's listeners, which the server's
+// services are served on) and Close takes it down in reverse order.
 //
 // Nothing here reads flags, the environment or process-wide state:
 // signals, the Go runtime's memory settings (see SoftMemoryLimit),
@@ -27,6 +27,7 @@ import (
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -36,6 +37,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	srv    *server.Server
+	tr     *transport.Transport
 	store  *mvcc.Store
 	ready  chan struct{}
 	errc   chan error
@@ -228,26 +230,35 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		collectors = append(collectors, scheduler.Collectors()...)
 	}
+	// The network side opens nothing yet but its in-process pipe; its
+	// listeners open below, once everything they would serve is built.
+	s.tr = transport.New(transport.Config{
+		ClientURLs:             cfg.ListenClientURLs,
+		ClientHTTPURLs:         cfg.ListenClientHTTPURLs,
+		MetricsURLs:            cfg.ListenMetricsURLs,
+		TLS:                    cfg.ClientTLS,
+		AutoTLS:                cfg.AutoTLS,
+		AutoTLSDir:             filepath.Join(dir, "fixtures", "client"),
+		SelfSignedCertValidity: cfg.SelfSignedCertValidity,
+		SocketReusePort:        cfg.SocketReusePort,
+		SocketReuseAddr:        cfg.SocketReuseAddress,
+		Forwarding:             election != nil,
+		Logger:                 log,
+	})
+	s.undo = append(s.undo, s.tr.Close)
 	scfg := server.Config{
-		Name:                 cfg.Name,
-		ListenClientURLs:     cfg.ListenClientURLs,
-		AdvertiseClientURLs:  cfg.AdvertiseClientURLs,
-		ListenMetricsURLs:    cfg.ListenMetricsURLs,
-		ListenClientHTTPURLs: cfg.ListenClientHTTPURLs,
-		DisableGateway:       !cfg.EnableGRPCGateway,
-		TLS:                  cfg.ClientTLS,
-		SocketReusePort:      cfg.SocketReusePort,
-		SocketReuseAddr:      cfg.SocketReuseAddress,
-		CORS:                 cors,
-		HostWhitelist:        cfg.HostWhitelist,
+		Name:                cfg.Name,
+		Transport:           s.tr,
+		AdvertiseClientURLs: cfg.AdvertiseClientURLs,
+		DisableGateway:      !cfg.EnableGRPCGateway,
+		CORS:                cors,
+		HostWhitelist:       cfg.HostWhitelist,
 
-		SelfSignedCertValidity:      cfg.SelfSignedCertValidity,
 		MaxConcurrentStreams:        cfg.MaxConcurrentStreams,
 		GRPCKeepaliveMinTime:        cfg.GRPCKeepaliveMinTime,
 		GRPCKeepaliveInterval:       cfg.GRPCKeepaliveInterval,
 		GRPCKeepaliveTimeout:        cfg.GRPCKeepaliveTimeout,
 		WarningUnaryRequestDuration: cfg.WarningUnaryRequestDuration,
-		AutoTLS:                     cfg.AutoTLS,
 		DataDir:                     dir,
 		EnablePprof:                 cfg.EnablePprof,
 		Secrets:                     cfg.secrets(),
@@ -305,7 +316,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// The goroutines below end, and snapshots stop, before the store
 	// closes.
 	s.undo = append(s.undo, func() error { cancel(); background.Wait(); return nil })
-	if err := s.srv.Listen(); err != nil {
+	if err := s.tr.Listen(); err != nil {
 		return nil, err
 	}
 	background.Go(func() { compactor.Run(life, store, autoCompact, log) })
@@ -355,7 +366,7 @@ func (s *Server) Rev() int64 { return s.store.Rev() }
 
 // ClientURLs are the client URLs the server listens on, a port of 0
 // replaced by the one bound: what to give clientv3 or kube-apiserver.
-func (s *Server) ClientURLs() []string { return s.srv.ClientURLs() }
+func (s *Server) ClientURLs() []string { return s.tr.ClientURLs() }
 
 // Close stops serving (letting requests in flight finish, for a few
 // seconds at most), waits for snapshots being written, and closes the

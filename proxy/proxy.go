@@ -33,7 +33,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 )
 
 // Config is what `grpc-proxy start` is told: etcd's flags, by meaning.
@@ -70,7 +70,7 @@ type Config struct {
 	// TLS is what the proxy serves its clients; empty: plain. A
 	// TrustedCAFile requires client certificates signed by it, as in
 	// etcd's proxy.
-	TLS server.TLSFiles
+	TLS transport.TLSFiles
 	// SelfSignedTLS says TLS is a self-signed certificate (--auto-tls):
 	// the proxy's check of itself then does not verify it.
 	SelfSignedTLS bool

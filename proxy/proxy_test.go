@@ -31,15 +31,17 @@ import (
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/proxy"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// startSett serves a sett on Badger in a temp dir, on a loopback port,
-// until the test ends, and returns its address.
-func startSett(t *testing.T, cfg server.Config) string {
+// startSett serves a sett on Badger in a temp dir, listening as tc says
+// (on a free loopback port when it names no client URL), until the test
+// ends, and returns its address.
+func startSett(t *testing.T, cfg server.Config, tc transport.Config) string {
 	t.Helper()
 	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: quiet()})
 	if err != nil {
@@ -57,15 +59,17 @@ func startSett(t *testing.T, cfg server.Config) string {
 	if cfg.Auth, err = auth.Open(store, tokens, bcrypt.MinCost); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ListenClientURLs == nil {
-		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
+	if tc.ClientURLs == nil {
+		tc.ClientURLs = []string{"http://127.0.0.1:0"}
 	}
-	cfg.Logger = quiet()
+	tc.Logger = quiet()
+	tr := transport.New(tc)
+	cfg.Transport, cfg.Logger = tr, quiet()
 	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quiet()}), db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Listen(); err != nil {
+	if err := tr.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,7 +81,7 @@ func startSett(t *testing.T, cfg server.Config) string {
 		store.Close()
 		db.Close()
 	})
-	return srv.Addrs()[0].String()
+	return tr.Addrs()[0].String()
 }
 
 // startProxy serves a proxy with cfg on a free loopback port until the
@@ -111,7 +115,7 @@ func startProxy(t *testing.T, cfg proxy.Config) *proxy.Proxy {
 // events, a lease kept alive over its stream, an election and a lock,
 // maintenance and cluster calls, and an error with its code.
 func TestForwards(t *testing.T) {
-	p := startProxy(t, proxy.Config{Endpoints: []string{startSett(t, server.Config{})}})
+	p := startProxy(t, proxy.Config{Endpoints: []string{startSett(t, server.Config{}, transport.Config{})}})
 	cli := harness.NewClient(t, p.Addr().String())
 	ctx := harness.Context(t)
 
@@ -211,7 +215,7 @@ func TestForwards(t *testing.T) {
 // travels with its calls, unary and streaming, and a call without one is
 // refused as sett refuses it.
 func TestAuthToken(t *testing.T) {
-	p := startProxy(t, proxy.Config{Endpoints: []string{startSett(t, server.Config{})}})
+	p := startProxy(t, proxy.Config{Endpoints: []string{startSett(t, server.Config{}, transport.Config{})}})
 	addr := p.Addr().String()
 	ctx := harness.Context(t)
 	admin := harness.NewClient(t, addr)
@@ -278,8 +282,8 @@ func TestTLS(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startProxy(t, proxy.Config{
-				Endpoints: []string{startSett(t, server.Config{})},
-				TLS: server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true,
+				Endpoints: []string{startSett(t, server.Config{}, transport.Config{})},
+				TLS: transport.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true,
 					MinVersion: tc.min, MaxVersion: tc.max},
 			})
 			addr := p.Addr().String()
@@ -343,9 +347,9 @@ func getHealth(t *testing.T, hc *http.Client, url string) health {
 func TestUpstreamTLS(t *testing.T) {
 	pki := harness.NewPKI(t)
 	srvCrt, srvKey := pki.Issue(t, "server", 2, false)
-	endpoint := startSett(t, server.Config{
-		ListenClientURLs: []string{"https://127.0.0.1:0"},
-		TLS:              server.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: pki.CA, ClientCertAuth: true},
+	endpoint := startSett(t, server.Config{}, transport.Config{
+		ClientURLs: []string{"https://127.0.0.1:0"},
+		TLS:        transport.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: pki.CA, ClientCertAuth: true},
 	})
 	named, namedKey := proxyCert(t, pki, "named", "root")
 	if _, err := proxy.Listen(proxy.Config{
@@ -380,7 +384,7 @@ func TestUpstreamTLS(t *testing.T) {
 // answers, and false, with a 503 and the reason, when it does not; the
 // proxy's own metrics count the calls it forwarded.
 func TestHealth(t *testing.T) {
-	up := startProxy(t, proxy.Config{Endpoints: []string{startSett(t, server.Config{})}})
+	up := startProxy(t, proxy.Config{Endpoints: []string{startSett(t, server.Config{}, transport.Config{})}})
 	for _, path := range []string{"/health", "/proxy/health"} {
 		if h := getHealth(t, http.DefaultClient, "http://"+up.Addr().String()+path); h.Health != "true" {
 			t.Errorf("%s with the endpoint up: %+v", path, h)
@@ -408,7 +412,7 @@ func TestHealth(t *testing.T) {
 // call it opened upstream, so an endpoint keeps no stream for a client
 // that is gone.
 func TestClientGone(t *testing.T) {
-	endpoint := startSett(t, server.Config{})
+	endpoint := startSett(t, server.Config{}, transport.Config{})
 	p := startProxy(t, proxy.Config{Endpoints: []string{endpoint}})
 	ctx := harness.Context(t)
 	cli := harness.NewClient(t, p.Addr().String())
@@ -461,10 +465,8 @@ func openWatches(t *testing.T, endpoint string) int {
 // URLs the cluster lists, says so in its log, and goes on forwarding.
 func TestAutoSync(t *testing.T) {
 	listed, other := harness.FreeAddr(t), harness.FreeAddr(t)
-	startSett(t, server.Config{
-		ListenClientURLs:    []string{"http://" + listed, "http://" + other},
-		AdvertiseClientURLs: []string{"http://" + listed},
-	})
+	startSett(t, server.Config{AdvertiseClientURLs: []string{"http://" + listed}},
+		transport.Config{ClientURLs: []string{"http://" + listed, "http://" + other}})
 	var log syncBuffer
 	p := startProxy(t, proxy.Config{
 		Endpoints: []string{other}, AutoSyncInterval: 20 * time.Millisecond,

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 )
 
 // ServerTLS is the TLS the proxy serves its clients, as etcd's proxy
@@ -26,8 +26,8 @@ type ServerTLS struct {
 
 // Files reads t as etcd's proxy does; listenAddr names the host a
 // self-signed certificate is for. selfSigned reports whether it made one.
-func (t ServerTLS) Files(listenAddr string) (files server.TLSFiles, selfSigned bool, err error) {
-	files = server.TLSFiles{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, CRLFile: t.CRLFile}
+func (t ServerTLS) Files(listenAddr string) (files transport.TLSFiles, selfSigned bool, err error) {
+	files = transport.TLSFiles{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, CRLFile: t.CRLFile}
 	files.ClientCertAuth = files.TrustedCAFile != ""
 	if t.CRLFile != "" && t.TrustedCAFile == "" {
 		return files, false, fmt.Errorf("grpc-proxy: --client-crl-file needs --trusted-ca-file: without it clients present no certificate, so none could be checked")
@@ -37,7 +37,7 @@ func (t ServerTLS) Files(listenAddr string) (files server.TLSFiles, selfSigned b
 	}
 	if files.Empty() && t.AutoTLS {
 		host, _, _ := strings.Cut(listenAddr, ":")
-		auto, err := server.SelfSigned(filepath.Join(t.Dir, "fixtures", "proxy"), []string{host}, int(t.Validity))
+		auto, err := transport.SelfSigned(filepath.Join(t.Dir, "fixtures", "proxy"), []string{host}, int(t.Validity))
 		if err != nil {
 			return files, false, fmt.Errorf("grpc-proxy: --auto-tls: %w", err)
 		}
@@ -58,17 +58,17 @@ func (t ServerTLS) Files(listenAddr string) (files server.TLSFiles, selfSigned b
 		}
 		return files, false, nil
 	}
-	if files.CipherSuites, err = server.ParseCipherSuites(t.CipherSuites); err != nil {
+	if files.CipherSuites, err = transport.ParseCipherSuites(t.CipherSuites); err != nil {
 		return files, false, fmt.Errorf("grpc-proxy: --listen-cipher-suites: %w", err)
 	}
 	min := t.MinVersion
 	if min == "" {
 		min = "TLS1.2"
 	}
-	if files.MinVersion, err = server.ParseTLSVersion(min); err != nil {
+	if files.MinVersion, err = transport.ParseTLSVersion(min); err != nil {
 		return files, false, fmt.Errorf("grpc-proxy: --tls-min-version: %w", err)
 	}
-	if files.MaxVersion, err = server.ParseTLSVersion(t.MaxVersion); err != nil {
+	if files.MaxVersion, err = transport.ParseTLSVersion(t.MaxVersion); err != nil {
 		return files, false, fmt.Errorf("grpc-proxy: --tls-max-version: %w", err)
 	}
 	if err := files.Validate(); err != nil {

@@ -29,7 +29,7 @@ func (s *Server) caller(ctx context.Context) (*auth.Info, error) {
 	}
 	// A forwarded call's certificate is the member's that forwarded it,
 	// not the caller's: it names nobody.
-	if !s.cfg.TLS.ClientCertAuth || forwarding(ctx) {
+	if !s.tr.ClientCertAuth() || forwarding(ctx) {
 		return nil, nil
 	}
 	p, ok := peer.FromContext(ctx)

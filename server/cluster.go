@@ -381,8 +381,5 @@ func (s *Server) clientURLs() []string {
 	}
 	// The URLs bound, so that a port of 0 is reported as the one a
 	// client can reach.
-	if urls := s.ClientURLs(); len(urls) > 0 {
-		return urls
-	}
-	return s.cfg.ListenClientURLs
+	return s.tr.ClientURLs()
 }

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	epb "go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
 	lpb "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -28,11 +29,11 @@ var errMissingLeaderKey = errors.New(`"leader" field must be provided`)
 
 // newRecipeClient is a client over the loopback connection for the
 // recipes.
-func newRecipeClient(lb *loopback) *clientv3.Client {
+func newRecipeClient(loop *grpc.ClientConn) *clientv3.Client {
 	c := clientv3.NewCtxClient(context.Background())
-	c.KV = clientv3.NewKVFromKVClient(pb.NewKVClient(lb.conn), c)
-	c.Lease = clientv3.NewLeaseFromLeaseClient(pb.NewLeaseClient(lb.conn), c, time.Second)
-	c.Watcher = clientv3.NewWatchFromWatchClient(pb.NewWatchClient(lb.conn), c)
+	c.KV = clientv3.NewKVFromKVClient(pb.NewKVClient(loop), c)
+	c.Lease = clientv3.NewLeaseFromLeaseClient(pb.NewLeaseClient(loop), c, time.Second)
+	c.Watcher = clientv3.NewWatchFromWatchClient(pb.NewWatchClient(loop), c)
 	return c
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/internal/lincheck"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/watch"
 )
 
@@ -278,13 +279,13 @@ func TestDiskFull(t *testing.T) {
 func TestLinearizableUnderFaults(t *testing.T) {
 	dir := t.TempDir()
 	addr := harness.FreeAddr(t)
-	cfg := server.Config{ListenClientURLs: []string{"http://" + addr}}
+	tc := transport.Config{ClientURLs: []string{"http://" + addr}}
 	serve := func(landed bool) *instance {
 		db, err := openEngine(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, _ := serveOn(t, dir, &faultyEngine{Engine: db, after: 300, landed: landed}, cfg, watch.Options{})
+		in, _ := serveOnNet(t, dir, &faultyEngine{Engine: db, after: 300, landed: landed}, server.Config{}, tc, watch.Options{}, "simple")
 		return in
 	}
 	in := serve(false)
@@ -318,7 +319,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, cli := serveOn(t, dir, db, cfg, watch.Options{})
+	_, cli := serveOnNet(t, dir, db, server.Config{}, tc, watch.Options{}, "simple")
 	head, err := cli.Get(ctx, "head")
 	if err != nil {
 		t.Fatal(err)

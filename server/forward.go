@@ -3,12 +3,8 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,7 +260,7 @@ func (f *forwarder) dialTarget(raw string) (string, credentials.TransportCredent
 		return u.Host, insecure.NewCredentials(), nil
 	case "https":
 		if f.creds == nil {
-			if f.creds, err = f.s.clientTLS(); err != nil {
+			if f.creds, err = f.s.tr.ClientTLS(); err != nil {
 				return "", nil, err
 			}
 		}
@@ -275,70 +271,4 @@ func (f *forwarder) dialTarget(raw string) (string, credentials.TransportCredent
 		return "unix://" + u.Host + u.Path, insecure.NewCredentials(), nil
 	}
 	return "", nil, fmt.Errorf("client URL %q: unsupported scheme", raw)
-}
-
-// clientTLS is the TLS a member speaks as a client of another member, as
-// etcd's client TLS info gives it: the leader's certificate is verified
-// against --trusted-ca-file (the system roots without one), and the
-// member presents --client-cert-file, or its serving certificate when
-// that is not set, with the cipher suites and TLS versions it serves
-// with. With --auto-tls every member's certificate is its own
-// self-signed one, which nothing can verify: as etcd does, the leader's
-// is then not verified.
-func (s *Server) clientTLS() (*tls.Config, error) {
-	files := s.cfg.TLS
-	conf := &tls.Config{MinVersion: max(files.MinVersion, tls.VersionTLS12), MaxVersion: files.MaxVersion, CipherSuites: files.CipherSuites}
-	if files.TrustedCAFile != "" {
-		b, err := os.ReadFile(files.TrustedCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		conf.RootCAs = x509.NewCertPool()
-		if !conf.RootCAs.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("tls: no certificate in %s", files.TrustedCAFile)
-		}
-	}
-	cert, key := files.ClientCertFile, files.ClientKeyFile
-	if cert == "" {
-		cert, key = files.CertFile, files.KeyFile
-	}
-	if cert == "" && s.cfg.AutoTLS {
-		auto, err := selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
-		if err != nil {
-			return nil, fmt.Errorf("auto tls: %w", err)
-		}
-		cert, key = auto.CertFile, auto.KeyFile
-		conf.InsecureSkipVerify = true
-	}
-	if cert != "" {
-		// Read again when the files change, as the serving certificate is.
-		r := &reloader{files: TLSFiles{CertFile: cert, KeyFile: key}}
-		if err := r.refresh(); err != nil {
-			return nil, err
-		}
-		conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			if err := r.refresh(); err != nil {
-				return nil, err
-			}
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.cert, nil
-		}
-	}
-	return conf, nil
-}
-
-// checkClientFiles refuses, as etcd does, a client certificate without
-// its key or a key without its certificate, and files that do not load.
-func checkClientFiles(files TLSFiles) error {
-	if (files.ClientCertFile == "") != (files.ClientKeyFile == "") {
-		return errors.New("--client-cert-file and --client-key-file must be given together")
-	}
-	if files.ClientCertFile == "" {
-		return nil
-	}
-	if _, err := tls.LoadX509KeyPair(files.ClientCertFile, files.ClientKeyFile); err != nil {
-		return fmt.Errorf("--client-cert-file: %w", err)
-	}
-	return nil
 }

@@ -13,8 +13,9 @@ import (
 	lockgw "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb/gw"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/settdb/sett/transport"
 )
 
 // The JSON gateway serves etcd's gRPC API as JSON over HTTP under /v3/,
@@ -23,37 +24,19 @@ import (
 // the same path as a gRPC one: validation, auth (a token in the
 // Authorization header), metrics and, when clustered, forwarding to the
 // leader. etcd dials its own listener; sett calls its gRPC server
-// through an in-process connection (loopback), which needs no port, no
-// certificate and no client identity of its own.
+// through the transport's in-process pipe (the loopback), which needs no
+// port, no certificate and no client identity of its own.
 
-// loopback is an in-process connection to the server's own gRPC
-// services, for the gateway and the election and lock services.
-type loopback struct {
-	l    *bufconn.Listener
-	conn *grpc.ClientConn
-}
-
-// loopbackBuffer is the in-process connection's buffer per direction.
-const loopbackBuffer = 1 << 20
-
-func newLoopback(maxRequestBytes int) (*loopback, error) {
-	l := bufconn.Listen(loopbackBuffer)
-	conn, err := grpc.NewClient("passthrough:///sett",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) }),
+// newLoopback is a client of the server's own gRPC services over tr's
+// pipe, for the gateway and the election and lock services. It connects
+// on first use.
+func newLoopback(tr *transport.Transport, maxRequestBytes int) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///sett",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return tr.Dial(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallSendMsgSize(maxRequestBytes+grpcOverhead),
 			grpc.MaxCallRecvMsgSize(math.MaxInt32)))
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return &loopback{l: l, conn: conn}, nil
-}
-
-func (lb *loopback) close() {
-	lb.conn.Close()
-	lb.l.Close()
 }
 
 // gateway returns the handler of /v3/, marshalling as etcd's does:
@@ -77,7 +60,7 @@ func (s *Server) gateway() (http.Handler, error) {
 		lockgw.RegisterLockHandler,
 		electiongw.RegisterElectionHandler,
 	} {
-		if err := register(ctx, mux, s.loop.conn); err != nil {
+		if err := register(ctx, mux, s.loop); err != nil {
 			return nil, err
 		}
 	}
@@ -85,7 +68,7 @@ func (s *Server) gateway() (http.Handler, error) {
 		// A client certificate names no one on the gateway: the
 		// in-process call carries no certificate. etcd refuses such a
 		// request rather than serve it as nobody; so does sett.
-		if r.TLS != nil && s.cfg.TLS.ClientCertAuth && s.auth.Enabled() {
+		if r.TLS != nil && s.tr.ClientCertAuth() && s.auth.Enabled() {
 			for _, chain := range r.TLS.VerifiedChains {
 				if len(chain) > 0 && chain[0].Subject.CommonName != "" {
 					http.Error(w, "CommonName of client sending a request against gateway will be ignored and not used as expected", http.StatusBadRequest)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 )
 
 // The JSON gateway, driven as curl users drive it: POSTs of JSON bodies
@@ -304,7 +305,7 @@ func TestGatewayWatch(t *testing.T) {
 // Authorization header while auth is on, and refused without one.
 func TestGatewayTLS(t *testing.T) {
 	dir := t.TempDir()
-	in, cli := startSett(t, dir, server.Config{ListenClientURLs: []string{"https://127.0.0.1:0"}, AutoTLS: true, DataDir: dir})
+	in, cli := startSettOn(t, dir, server.Config{DataDir: dir}, transport.Config{ClientURLs: []string{"https://127.0.0.1:0"}, AutoTLS: true})
 	_ = cli
 	g := newGWTarget("https://" + in.addr)
 	g.hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
@@ -346,9 +347,9 @@ func TestGatewayTLS(t *testing.T) {
 func TestGatewayClientCertName(t *testing.T) {
 	pki := harness.NewPKI(t)
 	crt, key := pki.Issue(t, "server", 2, false)
-	in, _ := startSett(t, "", server.Config{
-		ListenClientURLs: []string{"https://127.0.0.1:0"},
-		TLS:              server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true},
+	in, _ := startSettOn(t, "", server.Config{}, transport.Config{
+		ClientURLs: []string{"https://127.0.0.1:0"},
+		TLS:        transport.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: pki.CA, ClientCertAuth: true},
 	})
 	clientTLS := pki.ClientTLS(t, true)
 	g := newGWTarget("https://" + in.addr)

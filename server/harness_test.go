@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,6 +16,7 @@ import (
 	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -34,12 +36,25 @@ type instance struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// startSett serves a sett over dir (a new temp dir if empty) and returns
-// a client for it. Both are stopped when the test ends unless stopped
-// earlier.
+// startSett serves a sett over dir (a new temp dir if empty) on a free
+// loopback port and returns a client for it. Both are stopped when the
+// test ends unless stopped earlier.
 func startSett(t testing.TB, dir string, cfg server.Config) (*instance, *clientv3.Client) {
 	t.Helper()
 	return startSettWith(t, dir, cfg, watch.Options{})
+}
+
+// startSettOn is startSett listening as tc says.
+func startSettOn(t testing.TB, dir string, cfg server.Config, tc transport.Config) (*instance, *clientv3.Client) {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	db, err := openEngine(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOnNet(t, dir, db, cfg, tc, watch.Options{}, "simple")
 }
 
 // startSettWith is startSett with the watch hub's options.
@@ -71,15 +86,28 @@ func serveOn(t testing.TB, dir string, db engine.Engine, cfg server.Config, wo w
 // serveOnTokens is serveOn whose auth makes tokens as tokenOpts says.
 func serveOnTokens(t testing.TB, dir string, db engine.Engine, cfg server.Config, wo watch.Options, tokenOpts string) (*instance, *clientv3.Client) {
 	t.Helper()
+	return serveOnNet(t, dir, db, cfg, transport.Config{}, wo, tokenOpts)
+}
+
+// serveOnNet is serveOnTokens listening as tc says: on a free loopback
+// port when it names no client URL. It assembles the server as embed
+// does: the transport, the server on it, the listeners, then Serve.
+func serveOnNet(t testing.TB, dir string, db engine.Engine, cfg server.Config, tc transport.Config, wo watch.Options, tokenOpts string) (*instance, *clientv3.Client) {
+	t.Helper()
 	hub := watch.NewHub(wo)
 	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ListenClientURLs == nil {
-		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
+	if tc.ClientURLs == nil {
+		tc.ClientURLs = []string{"http://127.0.0.1:0"}
 	}
-	cfg.Logger = quietLogger()
+	if tc.AutoTLS && tc.AutoTLSDir == "" {
+		tc.AutoTLSDir = filepath.Join(dir, "fixtures", "client")
+	}
+	tc.Logger = quietLogger()
+	tr := transport.New(tc)
+	cfg.Transport, cfg.Logger = tr, quietLogger()
 	if cfg.Auth == nil {
 		// bcrypt's least cost keeps tests that add users fast, as etcd's
 		// own tests do.
@@ -93,15 +121,18 @@ func serveOnTokens(t testing.TB, dir string, db engine.Engine, cfg server.Config
 	}
 	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
 	if err != nil {
+		tr.Close()
 		t.Fatal(err)
 	}
-	if err := srv.Listen(); err != nil {
+	if err := tr.Listen(); err != nil {
+		srv.Release()
+		tr.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{dir: dir, db: db, store: store, srv: srv, cancel: cancel, served: make(chan error, 1)}
 	go func() { in.served <- srv.Serve(ctx) }()
-	addr := srv.Addrs()[0]
+	addr := tr.Addrs()[0]
 	in.addr = addr.String()
 	if addr.Network() == "unix" {
 		in.addr = "unix://" + addr.String()

@@ -7,7 +7,6 @@ import (
 	"expvar"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -233,7 +232,3 @@ func (s *Server) alarmNames() []string {
 	}
 	return s.alarms()
 }
-
-// quietHTTPLog drops net/http's own error lines (TLS handshake noise from
-// probes and scanners).
-func quietHTTPLog() *log.Logger { return log.New(io.Discard, "", 0) }

@@ -5,17 +5,11 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +28,7 @@ import (
 
 	"github.com/settdb/sett/auth"
 	"github.com/settdb/sett/mvcc"
+	"github.com/settdb/sett/transport"
 	"github.com/settdb/sett/ttl"
 	"github.com/settdb/sett/watch"
 )
@@ -59,15 +54,16 @@ const raftTerm = 2
 type Config struct {
 	// Name is this member's name.
 	Name string
-	// ListenClientURLs are http://host:port or unix://path URLs.
-	ListenClientURLs []string
-	// ListenClientHTTPURLs, when set, serve the HTTP endpoints and the
-	// JSON gateway, and ListenClientURLs then serve only gRPC.
-	ListenClientHTTPURLs []string
+	// Transport is where the server is served: its listeners, its TLS,
+	// and the in-process pipe the gateway and the election and lock
+	// services call the gRPC services through. Required; Serve serves on
+	// it and closes it, and it must be listening by then.
+	Transport *transport.Transport
 	// DisableGateway leaves out the JSON gateway (etcd's
 	// --enable-grpc-gateway=false).
 	DisableGateway bool
-	// AdvertiseClientURLs are the URLs reported to clients.
+	// AdvertiseClientURLs are the URLs reported to clients; nil: the
+	// transport's client URLs.
 	AdvertiseClientURLs []string
 	// MaxRequestBytes bounds a write request (etcd's default 1.5 MiB).
 	MaxRequestBytes int
@@ -76,12 +72,8 @@ type Config struct {
 	// QuotaBackendBytes is the database size quota reported by Status
 	// (etcd's default 2 GiB).
 	QuotaBackendBytes int64
-	// ListenMetricsURLs serve only /metrics and the health endpoints.
-	ListenMetricsURLs []string
-	// TLS is the certificate for https and unixs URLs; AutoTLS makes a
-	// self-signed one in DataDir when none is given.
-	TLS     TLSFiles
-	AutoTLS bool
+	// DataDir holds the scratch space of snapshots sent to clients
+	// (DataDir/tmp); empty: the system's temporary directory.
 	DataDir string
 	// EnablePprof serves /debug/pprof on the HTTP endpoints.
 	EnablePprof bool
@@ -111,9 +103,6 @@ type Config struct {
 	// the same cluster ID. Only used with Cluster; default "sett".
 	ClusterToken string
 
-	// SelfSignedCertValidity is how many years an AutoTLS certificate is
-	// valid (etcd's default 1).
-	SelfSignedCertValidity int
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's default: 2^32-1).
 	MaxConcurrentStreams uint32
@@ -126,9 +115,6 @@ type Config struct {
 	// nil or "*": any. HostWhitelist lists the Host headers plain-HTTP
 	// requests may carry (against DNS rebinding); nil or "*": any.
 	CORS, HostWhitelist []string
-	// SocketReusePort and SocketReuseAddr set SO_REUSEPORT and
-	// SO_REUSEADDR on the listening sockets.
-	SocketReusePort, SocketReuseAddr bool
 	// WarningUnaryRequestDuration: a unary request slower than this is
 	// logged as a warning (etcd's default 300ms); negative: never.
 	WarningUnaryRequestDuration time.Duration
@@ -197,23 +183,20 @@ type Server struct {
 	// clientHTTP is http behind --cors and --host-whitelist, as the
 	// client URLs serve it.
 	clientHTTP http.Handler
+	// tr is where the server is served (Config.Transport).
+	tr *transport.Transport
 	// loop is the in-process connection the gateway and the election
 	// and lock services call the gRPC services through; recipes is the
 	// client those services run etcd's recipes with.
-	loop    *loopback
+	loop    *grpc.ClientConn
 	recipes *clientv3.Client
 	metrics *metrics
 	// alarms lists active alarms for the health endpoints; nil: none.
-	alarms  func() []string
-	alarm   *alarmSet
-	tlsConf *tls.Config
+	alarms func() []string
+	alarm  *alarmSet
 
 	// membersMu runs membership changes one at a time.
 	membersMu sync.Mutex
-
-	mu          sync.Mutex
-	endpoints   []endpoint
-	httpServers []*http.Server
 
 	// stopping ends every watch stream when the server stops, so a
 	// graceful stop does not wait on streams that never end by
@@ -223,9 +206,13 @@ type Server struct {
 
 // New builds a server over store, whose committed events reach watchers
 // through hub and whose leases run out as lessor decides. sizer reports
-// the database size. It opens no socket (Listen does); an error is one of
-// what it builds in process: the auth store, the gateway's connection.
+// the database size. It opens no socket (cfg.Transport does); an error
+// is a missing transport, or one of what it builds in process: the auth
+// store, the gateway's connection.
 func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Sizer) (*Server, error) {
+	if cfg.Transport == nil {
+		return nil, errors.New("server: no transport to serve on (Config.Transport)")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -243,9 +230,6 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	if cfg.WatchProgressNotifyInterval == 0 {
 		cfg.WatchProgressNotifyInterval = 10 * time.Minute
-	}
-	if cfg.SelfSignedCertValidity <= 0 {
-		cfg.SelfSignedCertValidity = 1
 	}
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = 1<<32 - 1
@@ -273,6 +257,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	s := &Server{
 		auth:     cfg.Auth,
 		cfg:      cfg,
+		tr:       cfg.Transport,
 		store:    store,
 		sizer:    sizer,
 		hub:      hub,
@@ -327,7 +312,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	loop, err := newLoopback(cfg.MaxRequestBytes)
+	loop, err := newLoopback(cfg.Transport, cfg.MaxRequestBytes)
 	if err != nil {
 		return nil, fmt.Errorf("in-process connection: %w", err)
 	}
@@ -339,7 +324,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	if !cfg.DisableGateway {
 		gateway, err := s.gateway()
 		if err != nil {
-			loop.close()
+			loop.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		s.http = withGateway(gateway, s.metricsHTTP)
@@ -412,222 +397,12 @@ func (s *Server) admit(m proto.Message) error {
 	return checkSize(m, s.cfg.MaxRequestBytes)
 }
 
-// Listen opens every client and metrics URL. It is separate from Serve so
-// that a caller learns of a busy port before it reports itself ready.
-func (s *Server) Listen() error {
-	if err := checkClientFiles(s.cfg.TLS); err != nil {
-		return err
-	}
-	if s.cluster == nil && s.cfg.TLS.ClientCertFile != "" {
-		return errors.New("--client-cert-file is the certificate a member presents when it forwards to the leader (--engine tikv); a single member makes no such connection")
-	}
-	if !s.needsTLS() {
-		if err := s.checkNoTLS(); err != nil {
-			return err
-		}
-	}
-	if s.tlsConf == nil && s.needsTLS() {
-		files := s.cfg.TLS
-		if files.Empty() && s.cfg.AutoTLS {
-			var err error
-			files, err = selfSigned(filepath.Join(s.cfg.DataDir, "fixtures", "client"), hostsOf(s.allURLs()), s.cfg.SelfSignedCertValidity)
-			if err != nil {
-				return fmt.Errorf("auto tls: %w", err)
-			}
-			cert, key := files.CertFile, files.KeyFile
-			files = s.cfg.TLS
-			files.CertFile, files.KeyFile = cert, key
-		}
-		if files.Empty() {
-			return s.missingTLS()
-		}
-		conf, err := newTLSConfig(files)
-		if err != nil {
-			return err
-		}
-		s.tlsConf = conf
-	}
-	eps, err := s.endpointsOf()
-	if err != nil {
-		return err
-	}
-	for _, ep := range eps {
-		network, addr, _, _ := address(ep.urls[0])
-		l, err := listen(network, addr, socketOptions{reusePort: s.cfg.SocketReusePort, reuseAddr: s.cfg.SocketReuseAddr})
-		if err != nil {
-			s.closeListeners()
-			return err
-		}
-		ep.l = l
-		s.mu.Lock()
-		s.endpoints = append(s.endpoints, ep)
-		s.mu.Unlock()
-		s.log.Info("listening", "urls", ep.urls, "address", l.Addr().String(), "grpc", ep.grpc, "http", ep.http, "metrics_only", ep.metricsOnly)
-	}
-	return nil
-}
-
-// endpointsOf groups the listen URLs by the address they listen on, as
-// etcd does: an http and an https URL on one host:port share a listener.
-// With --listen-client-http-urls the client URLs serve gRPC only and
-// those URLs HTTP only (the gateway, health, metrics), and one address
-// cannot be both.
-func (s *Server) endpointsOf() ([]endpoint, error) {
-	var eps []endpoint
-	add := func(raw string, grpc, http, metricsOnly bool) error {
-		network, addr, secure, err := address(raw)
-		if err != nil {
-			return err
-		}
-		for i := range eps {
-			ep := &eps[i]
-			if n, a, _, _ := address(ep.urls[0]); n != network || a != addr || port0(addr) {
-				continue
-			}
-			if ep.grpc != grpc || ep.http != http || ep.metricsOnly != metricsOnly {
-				return fmt.Errorf("cannot bind both %s and %s on the same address %s", ep.urls[0], raw, addr)
-			}
-			ep.urls = append(ep.urls, raw)
-			ep.plain, ep.secure = ep.plain || !secure, ep.secure || secure
-			return nil
-		}
-		eps = append(eps, endpoint{urls: []string{raw}, plain: !secure, secure: secure, grpc: grpc, http: http, metricsOnly: metricsOnly})
-		return nil
-	}
-	split := len(s.cfg.ListenClientHTTPURLs) > 0
-	for _, raw := range s.cfg.ListenClientURLs {
-		if err := add(raw, true, !split, false); err != nil {
-			return nil, err
-		}
-	}
-	for _, raw := range s.cfg.ListenClientHTTPURLs {
-		if err := add(raw, false, true, false); err != nil {
-			return nil, err
-		}
-	}
-	for _, raw := range s.cfg.ListenMetricsURLs {
-		if err := add(raw, false, true, true); err != nil {
-			return nil, err
-		}
-	}
-	return eps, nil
-}
-
-// port0 reports whether addr asks for any free port, where two URLs
-// name two listeners.
-func port0(addr string) bool { return strings.HasSuffix(addr, ":0") }
-
-// checkNoTLS refuses client TLS settings when no URL serves TLS: they
-// would be accepted and never applied. The settings etcd applies to its
-// peers as well are only noted: sett has no peers.
-func (s *Server) checkNoTLS() error {
-	f := s.cfg.TLS
-	for _, o := range []struct {
-		name string
-		set  bool
-	}{
-		{"--client-cert-auth", f.ClientCertAuth},
-		{"--client-crl-file", f.CRLFile != ""},
-		{"--client-cert-allowed-cn", len(f.AllowedCNs) > 0},
-		{"--client-cert-allowed-hostname", len(f.AllowedHostnames) > 0},
-	} {
-		if o.set {
-			return fmt.Errorf("%s needs an https or unixs client URL: no plain connection presents a certificate", o.name)
-		}
-	}
-	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
-		msg := "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and a single sett makes none of its own"
-		if s.cluster != nil {
-			msg = "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS, so only this member's forwarding to an https leader uses them"
-		}
-		s.log.Info(msg)
-	}
-	return nil
-}
-
-// errMissingMetricsTLS refuses an https or unixs metrics URL without a
-// certificate, in etcd's words.
-var errMissingMetricsTLS = errors.New("client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url")
-
-// missingTLS says which secure URL has no certificate: a client URL
-// first, in etcd's words and order (etcd opens the client listeners
-// before the metrics ones).
-func (s *Server) missingTLS() error {
-	for _, u := range append(append([]string(nil), s.cfg.ListenClientURLs...), s.cfg.ListenClientHTTPURLs...) {
-		if secureURL(u) {
-			return fmt.Errorf("TLS key/cert (--cert-file, --key-file) must be provided for client url %s with HTTPS scheme (or --auto-tls)", u)
-		}
-	}
-	return errMissingMetricsTLS
-}
-
-func secureURL(u string) bool {
-	return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://")
-}
-
-func (s *Server) needsTLS() bool {
-	return slices.ContainsFunc(s.allURLs(), secureURL)
-}
-
-func (s *Server) allURLs() []string {
-	return append(append(append([]string(nil), s.cfg.ListenClientURLs...), s.cfg.ListenClientHTTPURLs...), s.cfg.ListenMetricsURLs...)
-}
-
-func hostsOf(urls []string) []string {
-	hosts := []string{"localhost", "127.0.0.1"}
-	for _, raw := range urls {
-		if u, err := url.Parse(raw); err == nil {
-			if h := u.Hostname(); h != "" {
-				hosts = append(hosts, h)
-			}
-		}
-	}
-	return hosts
-}
-
-// Addrs returns the addresses of the client URLs being listened on, in
-// the order of --listen-client-urls.
-func (s *Server) Addrs() []net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []net.Addr
-	for _, ep := range s.endpoints {
-		if ep.grpc {
-			out = append(out, ep.l.Addr())
-		}
-	}
-	return out
-}
-
-// ClientURLs returns the client URLs being listened on, in the order of
-// --listen-client-urls, each port of 0 replaced by the port bound.
-func (s *Server) ClientURLs() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, ep := range s.endpoints {
-		if !ep.grpc {
-			continue
-		}
-		tcp, _ := ep.l.Addr().(*net.TCPAddr)
-		for _, raw := range ep.urls {
-			if u, err := url.Parse(raw); err == nil && tcp != nil && u.Port() == "0" {
-				u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(tcp.Port))
-				raw = u.String()
-			}
-			out = append(out, raw)
-		}
-	}
-	return out
-}
-
-// Serve serves on the opened listeners until ctx ends, then stops
-// gracefully: in-flight requests finish, watch and keep-alive streams end,
-// and lease expiry stops.
+// Serve serves on the transport, which must be listening, until ctx
+// ends or a listener fails (its error is returned), then stops
+// gracefully: watch and keep-alive streams end, requests in flight
+// finish as the transport closes (see transport.Transport.Close), and
+// lease expiry stops.
 func (s *Server) Serve(ctx context.Context) error {
-	s.mu.Lock()
-	eps := append([]endpoint(nil), s.endpoints...)
-	s.mu.Unlock()
 	expiry, stopExpiry := context.WithCancel(context.Background())
 	expired := make(chan struct{})
 	go func() {
@@ -649,11 +424,10 @@ func (s *Server) Serve(ctx context.Context) error {
 			<-followed
 		}()
 	}
-	go s.grpc.Serve(s.loop.l)
-	errc := make(chan error, len(eps))
-	for _, ep := range eps {
-		go func() { errc <- s.serveEndpoint(ep) }()
-	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- s.tr.Serve(transport.Services{GRPC: s.grpc, HTTP: s.clientHTTP, Metrics: s.metricsHTTP})
+	}()
 	var err error
 	select {
 	case <-ctx.Done():
@@ -667,26 +441,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	// The recipes' client holds streams (its lease keep-alives) on the
 	// loopback that would keep a graceful stop waiting.
 	s.recipes.Close()
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		s.grpc.Stop()
-	}
-	s.mu.Lock()
-	servers := s.httpServers
-	s.mu.Unlock()
-	for _, hs := range servers {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		hs.Shutdown(sctx)
-		cancel()
-	}
-	s.closeListeners()
-	s.loop.close()
+	s.tr.Close()
+	s.loop.Close()
 	if s.fwd != nil {
 		s.fwd.close()
 	}
@@ -717,21 +473,13 @@ func (s *Server) followAuth(ctx context.Context) {
 	}
 }
 
-// Release frees what New and Listen set up, for a server that will not
-// Serve (its start failed after New). Serve frees them itself.
+// Release frees what New set up, for a server that will not Serve (its
+// start failed after New). Serve frees them itself. The transport is its
+// opener's to close.
 func (s *Server) Release() {
 	s.recipes.Close()
-	s.closeListeners()
-	s.loop.close()
+	s.loop.Close()
 	if s.fwd != nil {
 		s.fwd.close()
-	}
-}
-
-func (s *Server) closeListeners() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ep := range s.endpoints {
-		ep.l.Close()
 	}
 }

@@ -4,14 +4,6 @@ package server
 
 import "golang.org/x/sys/unix"
 
-func reuseAddr(fd uintptr) error {
-	return unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-}
-
-func reusePort(fd uintptr) error {
-	return unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-}
-
 // fileLimit is the soft limit on open file descriptors, 0 if unknown.
 func fileLimit() uint64 {
 	var l unix.Rlimit

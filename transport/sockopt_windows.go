@@ -1,4 +1,4 @@
-package server
+package transport
 
 import "errors"
 
@@ -12,6 +12,3 @@ func reuseAddr(uintptr) error {
 func reusePort(uintptr) error {
 	return errors.New("--socket-reuse-port is not supported on Windows")
 }
-
-// fileLimit is 0: Windows has no limit on open handles to report.
-func fileLimit() uint64 { return 0 }

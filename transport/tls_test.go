@@ -1,7 +1,6 @@
-package server_test
+package transport_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -18,10 +17,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/settdb/sett/internal/harness"
-	"github.com/settdb/sett/mvcc"
-	"github.com/settdb/sett/server"
-	"github.com/settdb/sett/ttl"
-	"github.com/settdb/sett/watch"
+	"github.com/settdb/sett/transport"
 )
 
 // issue writes a certificate for cn with serial and host names, for
@@ -78,7 +74,7 @@ func health(t *testing.T, p *harness.PKI, addr string, c tlsClientCase) (bool, e
 
 // startEtcdTLS runs an embedded etcd serving https with files as its
 // client TLS and returns its client address.
-func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
+func startEtcdTLS(t *testing.T, files transport.TLSFiles) string {
 	t.Helper()
 	return harness.StartEtcd(t, harness.Etcd{Configure: func(cfg *embed.Config) {
 		cfg.ListenClientUrls[0].Scheme, cfg.AdvertiseClientUrls[0].Scheme = "https", "https"
@@ -101,7 +97,7 @@ func startEtcdTLS(t *testing.T, files server.TLSFiles) string {
 func TestClientTLSRules(t *testing.T) {
 	ca := harness.NewPKI(t)
 	srvCrt, srvKey := issue(t, ca, "server", 2, "127.0.0.1", "localhost")
-	base := server.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: ca.CA, ClientCertAuth: true}
+	base := transport.TLSFiles{CertFile: srvCrt, KeyFile: srvKey, TrustedCAFile: ca.CA, ClientCertAuth: true}
 	tls12Only := base
 	tls12Only.CRLFile = ca.Revoke(t, 7)
 	tls12Only.AllowedCNs = []string{"alice"}
@@ -114,7 +110,7 @@ func TestClientTLSRules(t *testing.T) {
 
 	for _, conf := range []struct {
 		name  string
-		files server.TLSFiles
+		files transport.TLSFiles
 		cases []tlsClientCase
 	}{
 		{"crl, cn, TLS1.2 and one suite", tls12Only, []tlsClientCase{
@@ -132,8 +128,8 @@ func TestClientTLSRules(t *testing.T) {
 		}},
 	} {
 		t.Run(conf.name, func(t *testing.T) {
-			in, _ := startSett(t, "", server.Config{ListenClientURLs: []string{"https://127.0.0.1:0"}, TLS: conf.files})
-			sides := map[string]string{"sett": in.addr, "etcd": startEtcdTLS(t, conf.files)}
+			tr := serve(t, transport.Config{ClientURLs: []string{"https://127.0.0.1:0"}, TLS: conf.files})
+			sides := map[string]string{"sett": tr.Addrs()[0].String(), "etcd": startEtcdTLS(t, conf.files)}
 			for _, c := range conf.cases {
 				for side, addr := range sides {
 					ok, err := health(t, ca, addr, c)
@@ -151,25 +147,25 @@ func TestClientTLSRules(t *testing.T) {
 func TestClientTLSRefusedAtStart(t *testing.T) {
 	ca := harness.NewPKI(t)
 	crt, key := issue(t, ca, "server", 2, "127.0.0.1")
-	tlsBase := server.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: ca.CA, ClientCertAuth: true}
+	tlsBase := transport.TLSFiles{CertFile: crt, KeyFile: key, TrustedCAFile: ca.CA, ClientCertAuth: true}
 	badCRL := filepath.Join(ca.Dir, "bad.crl")
 	os.WriteFile(badCRL, []byte("not a crl"), 0o600)
 	for _, c := range []struct {
 		name  string
 		https bool
-		edit  func(*server.TLSFiles)
+		edit  func(*transport.TLSFiles)
 		want  string
 	}{
-		{"crl without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.CRLFile = ca.Revoke(t, 7) }, "--client-crl-file needs --client-cert-auth"},
-		{"cn without client-cert-auth", true, func(f *server.TLSFiles) { f.ClientCertAuth = false; f.AllowedCNs = []string{"a"} }, "--client-cert-allowed-cn needs --client-cert-auth"},
-		{"cn and hostname", true, func(f *server.TLSFiles) { f.AllowedCNs, f.AllowedHostnames = []string{"a"}, []string{"b"} }, "mutually exclusive"},
-		{"min above max", true, func(f *server.TLSFiles) { f.MinVersion, f.MaxVersion = tls.VersionTLS13, tls.VersionTLS12 }, "greater than --tls-max-version"},
-		{"suites with TLS1.3 only", true, func(f *server.TLSFiles) {
+		{"crl without client-cert-auth", true, func(f *transport.TLSFiles) { f.ClientCertAuth = false; f.CRLFile = ca.Revoke(t, 7) }, "--client-crl-file needs --client-cert-auth"},
+		{"cn without client-cert-auth", true, func(f *transport.TLSFiles) { f.ClientCertAuth = false; f.AllowedCNs = []string{"a"} }, "--client-cert-allowed-cn needs --client-cert-auth"},
+		{"cn and hostname", true, func(f *transport.TLSFiles) { f.AllowedCNs, f.AllowedHostnames = []string{"a"}, []string{"b"} }, "mutually exclusive"},
+		{"min above max", true, func(f *transport.TLSFiles) { f.MinVersion, f.MaxVersion = tls.VersionTLS13, tls.VersionTLS12 }, "greater than --tls-max-version"},
+		{"suites with TLS1.3 only", true, func(f *transport.TLSFiles) {
 			f.MinVersion, f.CipherSuites = tls.VersionTLS13, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384}
 		}, "--cipher-suites cannot be set"},
-		{"unreadable crl", true, func(f *server.TLSFiles) { f.CRLFile = badCRL }, "--client-crl-file"},
-		{"client-cert-auth over http", false, func(f *server.TLSFiles) {}, "--client-cert-auth needs an https or unixs client URL"},
-		{"crl over http", false, func(f *server.TLSFiles) { f.CRLFile = ca.Revoke(t, 7) }, "needs an https or unixs client URL"},
+		{"unreadable crl", true, func(f *transport.TLSFiles) { f.CRLFile = badCRL }, "--client-crl-file"},
+		{"client-cert-auth over http", false, func(f *transport.TLSFiles) {}, "--client-cert-auth needs an https or unixs client URL"},
+		{"crl over http", false, func(f *transport.TLSFiles) { f.CRLFile = ca.Revoke(t, 7) }, "needs an https or unixs client URL"},
 	} {
 		files := tlsBase
 		c.edit(&files)
@@ -177,7 +173,7 @@ func TestClientTLSRefusedAtStart(t *testing.T) {
 		if c.https {
 			u = "https://127.0.0.1:0"
 		}
-		err := listenOnly(t, server.Config{ListenClientURLs: []string{u}, TLS: files})
+		err := listenOnly(t, transport.Config{ClientURLs: []string{u}, TLS: files})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Listen: %v, want an error saying %q", c.name, err, c.want)
 		}
@@ -187,8 +183,8 @@ func TestClientTLSRefusedAtStart(t *testing.T) {
 		{"", "TLS_RSA_WITH_NOPE", "unexpected TLS cipher suite"},
 		{"", "TLS_AES_128_GCM_SHA256", "TLS 1.3 suite"},
 	} {
-		_, verr := server.ParseTLSVersion(c.version)
-		_, serr := server.ParseCipherSuites(strings.Fields(c.suite))
+		_, verr := transport.ParseTLSVersion(c.version)
+		_, serr := transport.ParseCipherSuites(strings.Fields(c.suite))
 		if err := errorsJoin(verr, serr); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %q: %v, want %q", c.version, c.suite, err, c.want)
 		}
@@ -202,31 +198,36 @@ func errorsJoin(a, b error) error {
 	return b
 }
 
-// listenOnly builds a server with cfg and returns what Listen says; a
-// server that did listen is stopped again.
-func listenOnly(t *testing.T, cfg server.Config) error {
-	t.Helper()
-	db, err := openEngine(t.TempDir())
+// TestClientFilesChecked: as etcd does, a client certificate without its
+// key (or a key without its certificate), or one that does not load, is
+// refused at start rather than found missing at the first forward; a
+// member that forwards to no leader refuses one it would never present.
+func TestClientFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	files, err := transport.SelfSigned(dir, []string{"127.0.0.1"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	hub := watch.NewHub(watch.Options{})
-	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
-	if err != nil {
+	junk := filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	cfg.Logger = quietLogger()
-	srv, err := server.New(cfg, store, hub, ttl.New(store, ttl.Options{Logger: quietLogger()}), db)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		cert, key  string
+		forwarding bool
+		refused    string
+	}{
+		{"", "", true, ""},
+		{files.CertFile, files.KeyFile, true, ""},
+		{files.CertFile, "", true, "must be given together"},
+		{"", files.KeyFile, true, "must be given together"},
+		{junk, files.KeyFile, true, "--client-cert-file"},
+		{files.CertFile, files.KeyFile, false, "a single member makes no such connection"},
+	} {
+		err := listenOnly(t, transport.Config{ClientURLs: []string{"http://127.0.0.1:0"}, Forwarding: tc.forwarding,
+			TLS: transport.TLSFiles{ClientCertFile: tc.cert, ClientKeyFile: tc.key}})
+		if tc.refused == "" && err != nil || tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)) {
+			t.Errorf("cert %q key %q forwarding %t: %v, want refused: %q", tc.cert, tc.key, tc.forwarding, err, tc.refused)
+		}
 	}
-	err = srv.Listen()
-	if err == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		srv.Serve(ctx)
-	}
-	return err
 }

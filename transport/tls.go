@@ -1,4 +1,4 @@
-package server
+package transport
 
 import (
 	"crypto/ecdsa"
@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -46,7 +48,8 @@ type TLSFiles struct {
 	MinVersion, MaxVersion uint16
 }
 
-// Empty reports whether no certificate is configured.
+// Empty reports whether no certificate is configured: CertFile and
+// KeyFile both unset, whatever the other fields say.
 func (f TLSFiles) Empty() bool { return f.CertFile == "" && f.KeyFile == "" }
 
 // Validate refuses settings that cannot all hold, or that would not be
@@ -93,8 +96,10 @@ func ParseTLSVersion(s string) (uint16, error) {
 }
 
 // ParseCipherSuites reads cipher suites by the names Go and etcd give
-// them (tls.CipherSuiteName's, and etcd's two short CHACHA20 aliases).
-// TLS 1.3 suites are refused: they would be listed and not applied.
+// them (tls.CipherSuiteName's, and etcd's two short CHACHA20 aliases),
+// insecure ones included, as etcd takes them; no names is nil, Go's
+// defaults. TLS 1.3 suites are refused: they would be listed and not
+// applied.
 func ParseCipherSuites(names []string) ([]uint16, error) {
 	byName := map[string]*tls.CipherSuite{}
 	for _, c := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
@@ -137,10 +142,12 @@ type reloader struct {
 }
 
 // ServerConfig is the TLS configuration of a server presenting these
-// files and enforcing their rules; the files are re-read when they change.
-func (f TLSFiles) ServerConfig() (*tls.Config, error) { return newTLSConfig(f) }
-
-func newTLSConfig(files TLSFiles) (*tls.Config, error) {
+// files and enforcing their rules. The files are re-read at a handshake
+// after any of them changed; one caught half-written is ignored and the
+// last good material kept. An error is Validate's, or a file missing or
+// not parsing now.
+func (f TLSFiles) ServerConfig() (*tls.Config, error) {
+	files := f
 	if err := files.Validate(); err != nil {
 		return nil, err
 	}
@@ -186,6 +193,47 @@ func newTLSConfig(files TLSFiles) (*tls.Config, error) {
 		return c, nil
 	}
 	return base, nil
+}
+
+// ClientConfig is the TLS configuration of the client side of these
+// settings, for a member that calls another, as etcd's client TLS info
+// makes it: the other's certificate is verified against TrustedCAFile
+// (the system's roots without one), and this side presents
+// ClientCertFile, or CertFile when that is not set, or nothing when
+// neither is, re-read when its files change. The cipher suites and
+// versions are those served with, TLS 1.2 at least.
+func (f TLSFiles) ClientConfig() (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: max(f.MinVersion, tls.VersionTLS12), MaxVersion: f.MaxVersion, CipherSuites: f.CipherSuites}
+	if f.TrustedCAFile != "" {
+		b, err := os.ReadFile(f.TrustedCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("tls: no certificate in %s", f.TrustedCAFile)
+		}
+	}
+	cert, key := f.ClientCertFile, f.ClientKeyFile
+	if cert == "" {
+		cert, key = f.CertFile, f.KeyFile
+	}
+	if cert == "" {
+		return conf, nil
+	}
+	r := &reloader{files: TLSFiles{CertFile: cert, KeyFile: key}}
+	if err := r.refresh(); err != nil {
+		return nil, err
+	}
+	conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if err := r.refresh(); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.cert, nil
+	}
+	return conf, nil
 }
 
 // verifyAllowed admits a verified client certificate whose common name
@@ -293,12 +341,11 @@ func readCRL(path string) (map[string]bool, error) {
 }
 
 // SelfSigned writes a self-signed certificate and key for hosts into dir,
-// unless they are there already, as etcd's --auto-tls does, and names them.
+// unless both files are there already (then they are named as they are,
+// whatever hosts they were made for), as etcd's --auto-tls does, and
+// names them. An empty host is skipped; an IP address goes in the IP
+// SANs, anything else in the DNS names.
 func SelfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
-	return selfSigned(dir, hosts, years)
-}
-
-func selfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 	files := TLSFiles{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
 	if _, err := os.Stat(files.CertFile); err == nil {
 		if _, err := os.Stat(files.KeyFile); err == nil {
@@ -344,4 +391,142 @@ func selfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 		return files, err
 	}
 	return files, os.WriteFile(files.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+// checkClientFiles refuses, as etcd does, a client certificate without
+// its key or a key without its certificate, and files that do not load.
+func (f TLSFiles) checkClientFiles() error {
+	if (f.ClientCertFile == "") != (f.ClientKeyFile == "") {
+		return errors.New("--client-cert-file and --client-key-file must be given together")
+	}
+	if f.ClientCertFile == "" {
+		return nil
+	}
+	if _, err := tls.LoadX509KeyPair(f.ClientCertFile, f.ClientKeyFile); err != nil {
+		return fmt.Errorf("--client-cert-file: %w", err)
+	}
+	return nil
+}
+
+func secureURL(u string) bool {
+	return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "unixs://")
+}
+
+func (c Config) needsTLS() bool { return slices.ContainsFunc(c.allURLs(), secureURL) }
+
+// errMissingMetricsTLS refuses an https or unixs metrics URL without a
+// certificate, in etcd's words.
+var errMissingMetricsTLS = errors.New("client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url")
+
+// missingTLS says which secure URL has no certificate: a client URL
+// first, in etcd's words and order (etcd opens the client listeners
+// before the metrics ones).
+func (c Config) missingTLS() error {
+	for _, u := range append(append([]string(nil), c.ClientURLs...), c.ClientHTTPURLs...) {
+		if secureURL(u) {
+			return fmt.Errorf("TLS key/cert (--cert-file, --key-file) must be provided for client url %s with HTTPS scheme (or --auto-tls)", u)
+		}
+	}
+	return errMissingMetricsTLS
+}
+
+// checkNoTLS refuses client TLS settings when no URL serves TLS: they
+// would be accepted and never applied. The settings etcd applies to its
+// peers as well are only noted: sett has no peers.
+func (t *Transport) checkNoTLS() error {
+	f := t.cfg.TLS
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"--client-cert-auth", f.ClientCertAuth},
+		{"--client-crl-file", f.CRLFile != ""},
+		{"--client-cert-allowed-cn", len(f.AllowedCNs) > 0},
+		{"--client-cert-allowed-hostname", len(f.AllowedHostnames) > 0},
+	} {
+		if o.set {
+			return fmt.Errorf("%s needs an https or unixs client URL: no plain connection presents a certificate", o.name)
+		}
+	}
+	if len(f.CipherSuites) > 0 || f.MinVersion > tls.VersionTLS12 || f.MaxVersion != 0 {
+		msg := "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS and a single sett makes none of its own"
+		if t.cfg.Forwarding {
+			msg = "--cipher-suites, --tls-min-version and --tls-max-version apply to TLS connections; no client URL serves TLS, so only this member's forwarding to an https leader uses them"
+		}
+		t.log.Info(msg)
+	}
+	return nil
+}
+
+// hostsOf are the hosts a self-signed certificate is made for: the
+// loopback's and those the URLs name.
+func hostsOf(urls []string) []string {
+	hosts := []string{"localhost", "127.0.0.1"}
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err == nil {
+			if h := u.Hostname(); h != "" {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	return hosts
+}
+
+// selfSigned is the AutoTLS certificate, made on first use.
+func (t *Transport) selfSigned() (TLSFiles, error) {
+	files, err := SelfSigned(t.cfg.AutoTLSDir, hostsOf(t.cfg.allURLs()), t.cfg.SelfSignedCertValidity)
+	if err != nil {
+		return files, fmt.Errorf("auto tls: %w", err)
+	}
+	return files, nil
+}
+
+// makeServerTLS is the TLS of the https and unixs URLs: TLS's
+// certificate, or with AutoTLS and none, a self-signed one under TLS's
+// rules.
+func (t *Transport) makeServerTLS() (*tls.Config, error) {
+	files := t.cfg.TLS
+	if files.Empty() && t.cfg.AutoTLS {
+		self, err := t.selfSigned()
+		if err != nil {
+			return nil, err
+		}
+		files.CertFile, files.KeyFile = self.CertFile, self.KeyFile
+	}
+	if files.Empty() {
+		return nil, t.cfg.missingTLS()
+	}
+	return files.ServerConfig()
+}
+
+// serverTLS is the TLS of the https and unixs URLs, nil until Listen
+// made it.
+func (t *Transport) serverTLS() *tls.Config {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tlsConf
+}
+
+// ClientTLS is the TLS this member speaks as a client of another member
+// (see TLSFiles.ClientConfig). With AutoTLS and no certificate, the
+// member presents its self-signed one (made now if it is not there yet)
+// and, as etcd does, does not verify the other's, which is self-signed
+// too and so verifiable by nothing. An error is a file missing or not
+// parsing now.
+func (t *Transport) ClientTLS() (*tls.Config, error) {
+	files := t.cfg.TLS
+	auto := files.ClientCertFile == "" && files.CertFile == "" && t.cfg.AutoTLS
+	if auto {
+		self, err := t.selfSigned()
+		if err != nil {
+			return nil, err
+		}
+		files.CertFile, files.KeyFile = self.CertFile, self.KeyFile
+	}
+	conf, err := files.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	conf.InsecureSkipVerify = auto
+	return conf, nil
 }
