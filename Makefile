@@ -173,12 +173,13 @@ test-soak: build bin/etcd
 	cd bench && $(TEST_ENV) $(GO) test -race -count=1 -timeout 20m ./soak
 
 # The TiKV build (-tags tikv): vet, the engine's own tests, the election
-# and failover tests (several members on one cluster), and sett's
+# and failover tests (several members on one cluster), embed's start of a
+# clustered member, and sett's
 # differential test against etcd and the testdata/scripts, all on
 # client-go's in-process mock cluster.
 test-tikv:
 	$(GO) vet -tags tikv ./...
-	$(RACE_ENV) $(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv ./cluster
+	$(RACE_ENV) $(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv ./cluster ./embed
 	$(RACE_ENV) $(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestDifferentialAuth|TestScripts)$$' ./server
 
 # The process benchmark: bin/sett, a real etcd (bin/etcd) and T4 (bin/t4)

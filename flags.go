@@ -1,9 +1,11 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/settdb/sett/embed"
 
@@ -34,11 +36,11 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		bind(&cli.StringFlag{Name: "data-dir", Usage: "data directory"}, &cfg.DataDir),
 		bind(&cli.StringFlag{Name: "engine", Usage: "storage engine: badger, or tikv (a binary built with -tags tikv)"}, &cfg.Engine),
 		&cli.StringFlag{Name: "tikv-pd-endpoints", Usage: "with --engine tikv: comma-separated PD addresses host:port, or mock://DIR for client-go's in-process mock cluster (trials and tests only)"},
-		bind(&cli.StringFlag{Name: "initial-cluster-token", Usage: "the cluster's name: a new single member derives its member and cluster IDs from it as etcd does (default etcd-cluster); with --engine tikv, members with the same token report the same cluster ID (default sett)"}, &cfg.InitialClusterToken),
-		&cli.StringFlag{Name: "initial-advertise-peer-urls", Usage: "comma-separated peer URLs a new single member derives its IDs from, as etcd does, and lists for itself (default http://localhost:2380)"},
+		bind(&cli.StringFlag{Name: "initial-cluster-token", Usage: "the cluster's name: a new single member derives its member and cluster IDs from it as etcd does; with --engine tikv, members with the same token report the same cluster ID"}, &cfg.InitialClusterToken),
+		&cli.StringFlag{Name: "initial-advertise-peer-urls", Value: strings.Join(cfg.InitialAdvertisePeerURLs, ","), Usage: "comma-separated peer URLs a new single member derives its IDs from, as etcd does, and lists for itself"},
 		bind(&cli.StringFlag{Name: "initial-cluster", Usage: "etcd's name=peer-URL list; a new single member derives its IDs from its own entry, as etcd does (default: --name at --initial-advertise-peer-urls)"}, &cfg.InitialCluster),
 		bind(&cli.DurationFlag{Name: "election-lease", Usage: "with --engine tikv: how long an elected leader holds leadership without renewing it; a leader that stops is replaced after about 1.5x this"}, &cfg.ElectionLease),
-		&cli.StringFlag{Name: "listen-client-urls", Value: "http://127.0.0.1:2379", Usage: "comma-separated URLs to serve clients on: http(s)://host:port, unix(s):///path"},
+		&cli.StringFlag{Name: "listen-client-urls", Value: strings.Join(cfg.ListenClientURLs, ","), Usage: "comma-separated URLs to serve clients on: http(s)://host:port, unix(s):///path"},
 		&cli.StringFlag{Name: "advertise-client-urls", Usage: "comma-separated client URLs to report to clients"},
 		&cli.StringFlag{Name: "listen-client-http-urls", Usage: "comma-separated URLs serving HTTP only (the JSON gateway, health, metrics); --listen-client-urls then serve gRPC only"},
 		bind(&cli.BoolFlag{Name: "enable-grpc-gateway", Usage: "serve etcd's JSON gateway (/v3/...) on the client URLs' HTTP"}, &cfg.EnableGRPCGateway),
@@ -55,22 +57,22 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		&cli.StringFlag{Name: "client-cert-allowed-cn", Usage: "comma-separated common names a client certificate must have one of (needs --client-cert-auth)"},
 		&cli.StringFlag{Name: "client-cert-allowed-hostname", Usage: "comma-separated host names or IPs a client certificate must be valid for one of (needs --client-cert-auth)"},
 		&cli.StringFlag{Name: "cipher-suites", Usage: "comma-separated TLS 1.2 cipher suites, by Go's names (default: Go's)"},
-		&cli.StringFlag{Name: "tls-min-version", Value: "TLS1.2", Usage: "lowest TLS version accepted: TLS1.2 or TLS1.3"},
+		&cli.StringFlag{Name: "tls-min-version", Value: strings.ReplaceAll(tls.VersionName(cfg.ClientTLS.MinVersion), " ", ""), Usage: "lowest TLS version accepted: TLS1.2 or TLS1.3"},
 		&cli.StringFlag{Name: "tls-max-version", Usage: "highest TLS version accepted: TLS1.2 or TLS1.3 (default: the highest Go supports)"},
 		bind(&cli.IntFlag{Name: "self-signed-cert-validity", Usage: "years the --auto-tls certificate is valid"}, &cfg.SelfSignedCertValidity),
 		bind(&cli.StringFlag{Name: "auth-token", Usage: "token type: simple, or jwt,pub-key=PATH,priv-key=PATH,sign-method=RS256|ES256|EdDSA|HS256|...,ttl=DURATION (etcd's syntax)"}, &cfg.AuthToken),
-		&cli.IntFlag{Name: "auth-token-ttl", Value: 300, Usage: "seconds an unused simple token stays valid"},
+		&cli.IntFlag{Name: "auth-token-ttl", Value: int(cfg.AuthTokenTTL / time.Second), Usage: "seconds an unused simple token stays valid"},
 		bind(&cli.IntFlag{Name: "bcrypt-cost", Usage: "bcrypt cost of stored passwords (4 to 31)"}, &cfg.BcryptCost),
 		bind(&cli.BoolFlag{Name: "auto-tls", Usage: "serve TLS with a self-signed certificate when no --cert-file is given"}, &cfg.AutoTLS),
 		bind(&cli.IntFlag{Name: "max-request-bytes", Usage: "largest write request accepted"}, &cfg.MaxRequestBytes),
 		bind(&cli.IntFlag{Name: "max-txn-ops", Usage: "most operations in one txn"}, &cfg.MaxTxnOps),
 		bind(&cli.Int64Flag{Name: "quota-backend-bytes", Usage: "database size at which writes fail with the NOSPACE alarm"}, &cfg.QuotaBackendBytes),
-		&cli.Uint64Flag{Name: "max-concurrent-streams", Value: 1<<32 - 1, Usage: "most concurrent gRPC streams on one client connection"},
+		&cli.Uint64Flag{Name: "max-concurrent-streams", Value: uint64(cfg.MaxConcurrentStreams), Usage: "most concurrent gRPC streams on one client connection"},
 		bind(&cli.DurationFlag{Name: "grpc-keepalive-min-time", Usage: "least time a client should wait between keepalive pings"}, &cfg.GRPCKeepaliveMinTime),
 		bind(&cli.DurationFlag{Name: "grpc-keepalive-interval", Usage: "how long a quiet connection waits before the server pings it"}, &cfg.GRPCKeepaliveInterval),
 		bind(&cli.DurationFlag{Name: "grpc-keepalive-timeout", Usage: "how long the server waits for the answer to its ping before closing the connection"}, &cfg.GRPCKeepaliveTimeout),
-		&cli.StringFlag{Name: "cors", Value: "*", Usage: "comma-separated origins browsers may call the HTTP endpoints from (* for any)"},
-		&cli.StringFlag{Name: "host-whitelist", Value: "*", Usage: "comma-separated Host headers plain-HTTP requests may name (* for any; guards against DNS rebinding)"},
+		&cli.StringFlag{Name: "cors", Value: strings.Join(cfg.CORS, ","), Usage: "comma-separated origins browsers may call the HTTP endpoints from (* for any)"},
+		&cli.StringFlag{Name: "host-whitelist", Value: strings.Join(cfg.HostWhitelist, ","), Usage: "comma-separated Host headers plain-HTTP requests may name (* for any; guards against DNS rebinding)"},
 		bind(&cli.StringFlag{Name: "auto-compaction-mode", Usage: "periodic or revision"}, &cfg.AutoCompactionMode),
 		bind(&cli.StringFlag{Name: "auto-compaction-retention", Usage: "history kept: a duration (periodic; a bare number is hours) or a count of revisions (revision); 0 turns it off"}, &cfg.AutoCompactionRetention),
 		bind(&cli.DurationFlag{Name: "watch-progress-notify-interval", Aliases: []string{"experimental-watch-progress-notify-interval"}, Usage: "how often quiet progress_notify watchers hear the current revision"}, &cfg.WatchProgressNotifyInterval),

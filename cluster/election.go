@@ -283,6 +283,13 @@ func (e *Election) run(ctx context.Context, resign bool) {
 }
 
 // leave removes this member's record, if it is still its own.
+// Leave removes this member's record, as Run does when it stops cleanly,
+// for a member that joined and then did not start: otherwise it would be
+// listed until its heartbeat aged out, and a restart under its ID would
+// wait a lease for it to prove itself gone. A record another start of
+// the same member has since written is left alone.
+func (e *Election) Leave(ctx context.Context) { e.leave(ctx) }
+
 func (e *Election) leave(ctx context.Context) {
 	e.step.Lock()
 	defer e.step.Unlock()

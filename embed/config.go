@@ -41,7 +41,7 @@ type Config struct {
 	// from, as etcd does (--initial-cluster-token, etcd-cluster;
 	// --initial-advertise-peer-urls, http://localhost:2380;
 	// --initial-cluster, the name at the peer URLs). With TiKV, members
-	// with the same token report the same cluster ID (default "sett").
+	// with the same token report the same cluster ID.
 	InitialClusterToken      string
 	InitialAdvertisePeerURLs []string
 	InitialCluster           string
@@ -210,13 +210,17 @@ type Config struct {
 
 // NewConfig returns the defaults, those of sett's command line.
 func NewConfig() Config {
+	// What a server holds, etcd's defaults, server keeps.
+	sd := server.DefaultConfig()
 	return Config{
-		Name:                        "default",
+		Name:                        sd.Name,
 		DataDir:                     "./sett.data",
 		Engine:                      "badger",
 		ElectionLease:               2 * time.Second,
 		StrictReconfigCheck:         true,
 		ListenClientURLs:            []string{"http://127.0.0.1:2379"},
+		InitialClusterToken:         sd.ClusterToken,
+		InitialAdvertisePeerURLs:    sd.PeerURLs,
 		EnableGRPCGateway:           true,
 		CORS:                        []string{"*"},
 		HostWhitelist:               []string{"*"},
@@ -225,19 +229,19 @@ func NewConfig() Config {
 		AuthToken:                   "simple",
 		AuthTokenTTL:                300 * time.Second,
 		BcryptCost:                  10,
-		MaxRequestBytes:             1536 * 1024,
-		MaxTxnOps:                   128,
-		QuotaBackendBytes:           2 << 30,
-		MaxConcurrentStreams:        1<<32 - 1,
-		GRPCKeepaliveMinTime:        5 * time.Second,
-		GRPCKeepaliveInterval:       2 * time.Hour,
-		GRPCKeepaliveTimeout:        20 * time.Second,
+		MaxRequestBytes:             sd.MaxRequestBytes,
+		MaxTxnOps:                   sd.MaxTxnOps,
+		QuotaBackendBytes:           sd.QuotaBackendBytes,
+		MaxConcurrentStreams:        sd.MaxConcurrentStreams,
+		GRPCKeepaliveMinTime:        sd.GRPCKeepaliveMinTime,
+		GRPCKeepaliveInterval:       sd.GRPCKeepaliveInterval,
+		GRPCKeepaliveTimeout:        sd.GRPCKeepaliveTimeout,
 		AutoCompactionMode:          "periodic",
 		AutoCompactionRetention:     "0",
-		WatchProgressNotifyInterval: 10 * time.Minute,
+		WatchProgressNotifyInterval: sd.WatchProgressNotifyInterval,
 		WatchRingEvents:             100_000,
-		WarningUnaryRequestDuration: 300 * time.Millisecond,
-		WarningApplyDuration:        100 * time.Millisecond,
+		WarningUnaryRequestDuration: sd.WarningUnaryRequestDuration,
+		WarningApplyDuration:        sd.WarningApplyDuration,
 		SnapshotName:                "sett-snapshot",
 		SnapshotFormat:              "sett",
 		SnapshotRetention:           5,

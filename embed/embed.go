@@ -60,6 +60,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// A member's identity derives from these even when a host program
+	// left them empty: etcd's defaults, as NewConfig gives them.
+	d := NewConfig()
+	if cfg.InitialClusterToken == "" {
+		cfg.InitialClusterToken = d.InitialClusterToken
+	}
+	if len(cfg.InitialAdvertisePeerURLs) == 0 {
+		cfg.InitialAdvertisePeerURLs = d.InitialAdvertisePeerURLs
+	}
 	s := &Server{cfg: cfg, ready: make(chan struct{}), errc: make(chan error, 1), served: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -193,6 +202,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	var election *cluster.Election
+	electing := false // Run, not Start, removes the record from then on
 	if st.shared {
 		urls := cfg.AdvertiseClientURLs
 		if len(urls) == 0 {
@@ -211,6 +221,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if err := election.Join(ctx); err != nil {
 			return nil, err
 		}
+		// A start that fails from here on takes its record back, as
+		// a clean stop does.
+		s.undo = append(s.undo, func() error {
+			if !electing {
+				lctx, cancel := context.WithTimeout(context.Background(), cfg.ElectionLease)
+				election.Leave(lctx)
+				cancel()
+			}
+			return nil
+		})
 	}
 	var scheduler *snapshot.Scheduler
 	if cfg.SnapshotScheduleCron != "" {
@@ -325,6 +345,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// stop the election's Run resigns before it steps down: another
 	// member takes over at once rather than once the lease runs out.
 	if election != nil {
+		electing = true
 		background.Go(func() { election.Run(life) })
 	}
 	serving = true

@@ -35,12 +35,6 @@ func (c Config) singleIdentity(ctx context.Context, store *mvcc.Store, log *slog
 		Name: c.Name, InitialCluster: c.InitialCluster,
 		AdvertisePeerURLs: strings.Join(c.InitialAdvertisePeerURLs, ","), Token: c.InitialClusterToken,
 	}
-	if b.AdvertisePeerURLs == "" {
-		b.AdvertisePeerURLs = "http://localhost:2380"
-	}
-	if b.Token == "" {
-		b.Token = "etcd-cluster"
-	}
 	if member, cluster, err = server.EtcdIDs(b); err != nil {
 		log.Warn("member and cluster IDs derived from --name: etcd would not start with these flags", "error", err)
 		return legacy, 0, nil

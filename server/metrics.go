@@ -84,10 +84,6 @@ type metrics struct {
 // etcd's names for them.
 var applyOps = []string{"Put", "DeleteRange", "Txn", "Compaction", "LeaseGrant", "LeaseRevoke", "Alarm"}
 
-// defaultWarningApplyDuration is etcd's --warning-apply-duration: a
-// request applied or read more slowly counts as a slow apply.
-const defaultWarningApplyDuration = 100 * time.Millisecond
-
 // inUser is an engine that can tell how much of its size a defragment
 // would keep.
 type inUser interface{ InUse() int64 }
@@ -95,9 +91,6 @@ type inUser interface{ InUse() int64 }
 func newMetrics(s *Server) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{registry: reg, slowApply: s.cfg.WarningApplyDuration}
-	if m.slowApply <= 0 {
-		m.slowApply = defaultWarningApplyDuration
-	}
 	// etcd's buckets: 1 ms doubling to 8 s for the disk, 0.1 ms doubling
 	// to 52 s for applies.
 	diskBuckets := prometheus.ExponentialBuckets(0.001, 2, 14)

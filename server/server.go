@@ -50,7 +50,8 @@ const grpcOverhead = 512 * 1024
 // raftTerm is the term a freshly elected single-node etcd reports.
 const raftTerm = 2
 
-// Config configures a Server.
+// Config configures a Server. A field left zero takes its value in
+// DefaultConfig, etcd's default.
 type Config struct {
 	// Name is this member's name.
 	Name string
@@ -65,12 +66,11 @@ type Config struct {
 	// AdvertiseClientURLs are the URLs reported to clients; nil: the
 	// transport's client URLs.
 	AdvertiseClientURLs []string
-	// MaxRequestBytes bounds a write request (etcd's default 1.5 MiB).
+	// MaxRequestBytes bounds a write request.
 	MaxRequestBytes int
-	// MaxTxnOps bounds the operations in a txn (etcd's default 128).
+	// MaxTxnOps bounds the operations in a txn.
 	MaxTxnOps int
-	// QuotaBackendBytes is the database size quota reported by Status
-	// (etcd's default 2 GiB).
+	// QuotaBackendBytes is the database size quota reported by Status.
 	QuotaBackendBytes int64
 	// DataDir holds the scratch space of snapshots sent to clients
 	// (DataDir/tmp); empty: the system's temporary directory.
@@ -82,7 +82,7 @@ type Config struct {
 	// (or ends in =one) hidden.
 	Secrets []string
 	// WatchProgressNotifyInterval is how often quiet progress_notify
-	// watchers hear the current revision (etcd's default 10 minutes).
+	// watchers hear the current revision.
 	WatchProgressNotifyInterval time.Duration
 	Logger                      *slog.Logger
 	// Collectors are more metrics to serve on /metrics, such as the
@@ -90,7 +90,7 @@ type Config struct {
 	Collectors []prometheus.Collector
 	// WarningApplyDuration is etcd's --warning-apply-duration: a write
 	// applied, or a read served, more slowly counts in
-	// etcd_server_slow_apply_total. Zero means etcd's 100ms.
+	// etcd_server_slow_apply_total.
 	WarningApplyDuration time.Duration
 	// Cluster, when set, is the election of a member that shares its
 	// engine with others (see Clustered); nil: this member leads alone.
@@ -100,23 +100,23 @@ type Config struct {
 	// New panics if it cannot load.
 	Auth *auth.Store
 	// ClusterToken names the cluster; members with the same token report
-	// the same cluster ID. Only used with Cluster; default "sett".
+	// the same cluster ID. Only used with Cluster.
 	ClusterToken string
 
 	// MaxConcurrentStreams bounds the gRPC streams of one client
-	// connection (etcd's default: 2^32-1).
+	// connection.
 	MaxConcurrentStreams uint32
 	// GRPCKeepaliveMinTime is the least time a client should wait between
-	// keepalive pings (etcd's default 5s); GRPCKeepaliveInterval is how
-	// long a quiet connection waits before the server pings it (2h), and
-	// GRPCKeepaliveTimeout how long it then waits for the answer (20s).
+	// keepalive pings; GRPCKeepaliveInterval is how long a quiet
+	// connection waits before the server pings it, and
+	// GRPCKeepaliveTimeout how long it then waits for the answer.
 	GRPCKeepaliveMinTime, GRPCKeepaliveInterval, GRPCKeepaliveTimeout time.Duration
 	// CORS lists the origins browsers may call the HTTP endpoints from;
 	// nil or "*": any. HostWhitelist lists the Host headers plain-HTTP
 	// requests may carry (against DNS rebinding); nil or "*": any.
 	CORS, HostWhitelist []string
 	// WarningUnaryRequestDuration: a unary request slower than this is
-	// logged as a warning (etcd's default 300ms); negative: never.
+	// logged as a warning; negative: never.
 	WarningUnaryRequestDuration time.Duration
 	// LooseReconfigCheck is etcd's --strict-reconfig-check=false:
 	// membership changes are not checked against the started quorum.
@@ -127,7 +127,7 @@ type Config struct {
 	MemberID, ClusterID uint64
 	// PeerURLs are the peer URLs this member lists for itself until a
 	// MemberUpdate records others (etcd's
-	// --initial-advertise-peer-urls); nil: etcd's default.
+	// --initial-advertise-peer-urls).
 	PeerURLs []string
 }
 
@@ -204,6 +204,71 @@ type Server struct {
 	stopping chan struct{}
 }
 
+// DefaultConfig is etcd's defaults for what a server holds: embed's
+// NewConfig, the one source of sett's defaults, takes these from here,
+// and New gives them to the fields a Config leaves zero.
+func DefaultConfig() Config {
+	return Config{
+		Name:                        "default",
+		MaxRequestBytes:             1536 * 1024,
+		MaxTxnOps:                   128,
+		QuotaBackendBytes:           2 << 30,
+		WatchProgressNotifyInterval: 10 * time.Minute,
+		MaxConcurrentStreams:        1<<32 - 1,
+		GRPCKeepaliveMinTime:        5 * time.Second,
+		GRPCKeepaliveInterval:       2 * time.Hour,
+		GRPCKeepaliveTimeout:        20 * time.Second,
+		WarningUnaryRequestDuration: 300 * time.Millisecond,
+		WarningApplyDuration:        100 * time.Millisecond,
+		PeerURLs:                    []string{singlePeerURL},
+		ClusterToken:                "etcd-cluster",
+	}
+}
+
+// fill gives the fields of c that are zero (or, for the bounds, not
+// positive) their values in d.
+func (c *Config) fill(d Config) {
+	if c.Name == "" {
+		c.Name = d.Name
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = d.MaxRequestBytes
+	}
+	if c.MaxTxnOps <= 0 {
+		c.MaxTxnOps = d.MaxTxnOps
+	}
+	if c.QuotaBackendBytes <= 0 {
+		c.QuotaBackendBytes = d.QuotaBackendBytes
+	}
+	if c.WatchProgressNotifyInterval == 0 {
+		c.WatchProgressNotifyInterval = d.WatchProgressNotifyInterval
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = d.MaxConcurrentStreams
+	}
+	if c.GRPCKeepaliveMinTime == 0 {
+		c.GRPCKeepaliveMinTime = d.GRPCKeepaliveMinTime
+	}
+	if c.GRPCKeepaliveInterval == 0 {
+		c.GRPCKeepaliveInterval = d.GRPCKeepaliveInterval
+	}
+	if c.GRPCKeepaliveTimeout == 0 {
+		c.GRPCKeepaliveTimeout = d.GRPCKeepaliveTimeout
+	}
+	if c.WarningUnaryRequestDuration == 0 {
+		c.WarningUnaryRequestDuration = d.WarningUnaryRequestDuration
+	}
+	if c.WarningApplyDuration <= 0 {
+		c.WarningApplyDuration = d.WarningApplyDuration
+	}
+	if len(c.PeerURLs) == 0 {
+		c.PeerURLs = d.PeerURLs
+	}
+	if c.ClusterToken == "" {
+		c.ClusterToken = d.ClusterToken
+	}
+}
+
 // New builds a server over store, whose committed events reach watchers
 // through hub and whose leases run out as lessor decides. sizer reports
 // the database size. It opens no socket (cfg.Transport does); an error
@@ -216,36 +281,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = 1536 * 1024
-	}
-	if cfg.MaxTxnOps <= 0 {
-		cfg.MaxTxnOps = 128
-	}
-	if cfg.QuotaBackendBytes <= 0 {
-		cfg.QuotaBackendBytes = 2 << 30
-	}
-	if cfg.Name == "" {
-		cfg.Name = "default"
-	}
-	if cfg.WatchProgressNotifyInterval == 0 {
-		cfg.WatchProgressNotifyInterval = 10 * time.Minute
-	}
-	if cfg.MaxConcurrentStreams == 0 {
-		cfg.MaxConcurrentStreams = 1<<32 - 1
-	}
-	if cfg.GRPCKeepaliveMinTime == 0 {
-		cfg.GRPCKeepaliveMinTime = 5 * time.Second
-	}
-	if cfg.GRPCKeepaliveInterval == 0 {
-		cfg.GRPCKeepaliveInterval = 2 * time.Hour
-	}
-	if cfg.GRPCKeepaliveTimeout == 0 {
-		cfg.GRPCKeepaliveTimeout = 20 * time.Second
-	}
-	if cfg.WarningUnaryRequestDuration == 0 {
-		cfg.WarningUnaryRequestDuration = 300 * time.Millisecond
-	}
+	cfg.fill(DefaultConfig())
 	if cfg.Auth == nil {
 		tokens, _ := auth.NewTokens("simple", 0)
 		a, err := auth.Open(store, tokens, 0)
@@ -274,10 +310,6 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	s.election = alwaysLeader{id: s.memberID}
 	if cfg.Cluster != nil {
-		if cfg.ClusterToken == "" {
-			cfg.ClusterToken = "sett"
-		}
-		s.cfg.ClusterToken = cfg.ClusterToken
 		s.clusterID = TokenClusterID(cfg.ClusterToken)
 		s.election, s.cluster = cfg.Cluster, cfg.Cluster
 		s.fwd = &forwarder{s: s}
@@ -342,14 +374,8 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 func MemberID(name string) uint64 { return hash64("member", name) }
 
 // TokenClusterID is the cluster ID the members of a cluster (several
-// members on one shared engine) report, from their cluster token ("":
-// the default, "sett").
-func TokenClusterID(token string) uint64 {
-	if token == "" {
-		token = "sett"
-	}
-	return hash64("cluster-token", token)
-}
+// members on one shared engine) report, from their cluster token.
+func TokenClusterID(token string) uint64 { return hash64("cluster-token", token) }
 
 func hash64(parts ...string) uint64 {
 	h := fnv.New64a()
