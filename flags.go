@@ -78,7 +78,7 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		bind(&cli.DurationFlag{Name: "watch-progress-notify-interval", Aliases: []string{"experimental-watch-progress-notify-interval"}, Usage: "how often quiet progress_notify watchers hear the current revision"}, &cfg.WatchProgressNotifyInterval),
 		bind(&cli.DurationFlag{Name: "warning-unary-request-duration", Usage: "log a unary request slower than this as a warning"}, &cfg.WarningUnaryRequestDuration),
 		bind(&cli.BoolFlag{Name: "wal", Usage: "keep sett's own write-ahead log in front of Badger, so a batch of commits costs one append and one fdatasync (--wal=false: Badger syncs its own log at every commit)"}, &cfg.WAL),
-		bind(&cli.BoolFlag{Name: "pipeline", Usage: "experimental, with --wal: apply and commit the next batch of writes while the last one is made durable; a power cut can lose an acknowledged write with it (see README)"}, &cfg.Pipeline),
+		bind(&cli.BoolFlag{Name: "pipeline", Usage: "experimental, with --wal: apply and commit the next batch of writes while the last one is made durable; a power cut can lose an acknowledged write with it (docs/CONFIGURATION.md)"}, &cfg.Pipeline),
 		bind(&cli.BoolFlag{Name: "unsafe-no-fsync", Usage: "do not fsync commits: an acknowledged write can be lost in a crash (tests only)"}, &cfg.UnsafeNoFsync),
 		&cli.StringFlag{Name: "memory-limit", Usage: "memory to stay within, e.g. 128MiB: sets the Go runtime's soft limit and sizes Badger's memtables, the watch ring and mapped files from it; default: the cgroup's memory limit if there is one, else none; 0: none"},
 		bind(&cli.IntFlag{Name: "watch-ring-events", Usage: "most recent events kept in memory for watchers (older ones are read from disk)"}, &cfg.WatchRingEvents),

@@ -42,7 +42,7 @@ func importCommand() *cli.Command {
 // importMemory bounds an import's own memory, within a smaller cgroup
 // limit and unless GOMEMLIMIT is set: with it and the bulk-load shape of
 // badger.OpenDir a 1M-row kine import peaked at 178-195 MiB, 331 MiB
-// without it (docs/BENCHMARKS.md, sett import kine).
+// without it (docs/BENCHMARKS-HISTORY.md, sett import kine).
 const importMemory = 112 << 20
 
 func limitImportMemory() {

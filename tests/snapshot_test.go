@@ -341,7 +341,7 @@ func TestEtcdctlCheckPerf(t *testing.T) {
 	// etcdctl gives the cleanup's delete, its physical compaction and the
 	// defragment 30 s each, whatever --command-timeout says. The
 	// compaction of the check's ~9,000 revisions takes a fraction of a
-	// second (docs/BENCHMARKS.md, Compaction), so a race build on a
+	// second (docs/BENCHMARKS-HISTORY.md, Compaction), so a race build on a
 	// machine loaded past its cores has room to spare.
 	out := tg.run(t, etcdctl, []string{"check", "perf", "--load=s", "--auto-compact", "--auto-defrag"}, "")
 	for _, want := range []string{"Compacted with revision", "Defragmented"} {

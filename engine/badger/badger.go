@@ -994,7 +994,7 @@ func Exists(dir string) bool {
 // A bulk load writes the whole store through the memtables and merges it
 // level by level, so at its peak it holds the memtables, the tables being
 // built, and the pages of the table files it has just written or merged.
-// Each is kept small here, for a slower load (docs/BENCHMARKS.md, sett
+// Each is kept small here, for a slower load (docs/BENCHMARKS-HISTORY.md, sett
 // import kine, has the figures):
 //   - memtables of half a server's size: flushing one builds its table
 //     in buffers that double as they fill, and Badger keeps them for the
