@@ -36,7 +36,8 @@ const (
 	IdentityTable Table = 2
 )
 
-// one reports whether t holds a single record, named "".
+// one is the key of t's single record (named ""), nil for a table of
+// many.
 func (t Table) one() []byte {
 	switch t {
 	case AlarmTable:

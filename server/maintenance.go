@@ -32,8 +32,6 @@ type maintenanceServer struct {
 type (
 	// collector reclaims the engine's free space (Defragment).
 	collector interface{ GC() error }
-	// backuper takes consistent backups of the store (Snapshot).
-	backuper = snapshot.Exporter
 	// hasher hashes the store (Hash, HashKV).
 	hasher interface {
 		Hash() (uint32, int64, error)
@@ -123,7 +121,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	if err := m.s.requireAdmin(stream.Context()); err != nil {
 		return err
 	}
-	bs, ok := m.s.store.(backuper)
+	bs, ok := m.s.store.(snapshot.Exporter) // consistent backups (Snapshot)
 	if !ok {
 		return unimplemented("snapshot")
 	}

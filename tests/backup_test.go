@@ -33,6 +33,18 @@ func backupArgs(s3 *harness.S3, endpoint, dir, addr string, extra ...string) []s
 	return append(args, extra...)
 }
 
+// spawnBackedUp starts sett on dir, shipping to s3, on a free address, and
+// returns it ready with a client.
+func spawnBackedUp(t *testing.T, s3 *harness.S3, dir string, extra ...string) (*child, *clientv3.Client) {
+	t.Helper()
+	addr := harness.FreeAddr(t)
+	s := spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, extra...)...)
+	s.addr = addr
+	cli := harness.NewClient(t, addr)
+	s.awaitReady(cli)
+	return s, cli
+}
+
 // restoreArgs restore the backup in the bucket into dir.
 func restoreArgs(s3 *harness.S3, dir string, extra ...string) []string {
 	args := append([]string{"snapshot", "restore", "--data-dir", dir}, s3Args(s3, s3.Endpoint)...)
@@ -177,15 +189,12 @@ func restoreAndRead(t *testing.T, s3 *harness.S3, extra ...string) (string, int6
 // the original answered then.
 func TestBackupRestoreToPoint(t *testing.T) {
 	s3 := harness.StartS3(t, "snaps")
-	dir, addr := t.TempDir(), harness.FreeAddr(t)
-	s := spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-full-interval", "3s")...)
-	s.addr = addr
-	cli := harness.NewClient(t, addr)
-	s.awaitReady(cli)
+	dir := t.TempDir()
+	s, cli := spawnBackedUp(t, s3, dir, "--backup-full-interval", "3s")
 	// The load starts after the first full snapshot: no point before it
 	// can be restored.
 	await(t, "the first full snapshot", func() bool {
-		return metric(t, addr, `sett_backup_shipped_objects_total{kind="full"}`) >= 1
+		return metric(t, s.addr, `sett_backup_shipped_objects_total{kind="full"}`) >= 1
 	})
 	lease, err := cli.Grant(harness.Context(t), 600)
 	if err != nil {
@@ -193,9 +202,9 @@ func TestBackupRestoreToPoint(t *testing.T) {
 	}
 	var killed atomic.Bool
 	done := make(chan []backupWrite)
-	go func() { done <- backupLoad(t, cli, addr, lease.ID, &killed, 600) }()
+	go func() { done <- backupLoad(t, cli, s.addr, lease.ID, &killed, 600) }()
 	time.Sleep(8 * time.Second) // the load runs
-	if metric(t, addr, "sett_backup_revision") <= 0 || metric(t, addr, `sett_backup_shipped_objects_total{kind="full"}`) < 2 {
+	if metric(t, s.addr, "sett_backup_revision") <= 0 || metric(t, s.addr, `sett_backup_shipped_objects_total{kind="full"}`) < 2 {
 		t.Fatalf("nothing shipped after 8s:\n%s", s.logTail())
 	}
 	killedAt := time.Now()
@@ -369,11 +378,8 @@ func TestBackupFaults(t *testing.T) {
 // as before, and a point before the kept snapshot is refused.
 func TestBackupCompact(t *testing.T) {
 	s3 := harness.StartS3(t, "snaps")
-	dir, addr := t.TempDir(), harness.FreeAddr(t)
-	s := spawn(t, backupArgs(s3, s3.Endpoint, dir, addr)...)
-	s.addr = addr
-	cli := harness.NewClient(t, addr)
-	s.awaitReady(cli)
+	dir := t.TempDir()
+	s, cli := spawnBackedUp(t, s3, dir)
 	var rev int64
 	for i := range 60 {
 		r, err := cli.Put(harness.Context(t), fmt.Sprintf("/k/%02d", i%20), strconv.Itoa(i))
@@ -382,10 +388,10 @@ func TestBackupCompact(t *testing.T) {
 		}
 		rev = r.Header.Revision
 		if i == 30 {
-			await(t, "the first half shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+			await(t, "the first half shipped", func() bool { return metric(t, s.addr, "sett_backup_revision") >= float64(rev) })
 		}
 	}
-	await(t, "every write shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+	await(t, "every write shipped", func() bool { return metric(t, s.addr, "sett_backup_revision") >= float64(rev) })
 	want := rangeAt(t, cli, 0)
 	s.stop()
 
@@ -425,13 +431,10 @@ func TestBackupRestoreEmpty(t *testing.T) {
 		t.Skip("--backup-restore-empty is Badger's: TiKV keeps no data in the data dir")
 	}
 	s3 := harness.StartS3(t, "snaps")
-	dir, addr := t.TempDir(), harness.FreeAddr(t)
+	dir := t.TempDir()
 
 	// A first start on an empty bucket: nothing to restore.
-	s := spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-restore-empty")...)
-	s.addr = addr
-	cli := harness.NewClient(t, addr)
-	s.awaitReady(cli)
+	s, cli := spawnBackedUp(t, s3, dir, "--backup-restore-empty")
 	var rev int64
 	for i := range 40 {
 		r, err := cli.Put(harness.Context(t), fmt.Sprintf("/k/%02d", i%15), strconv.Itoa(i))
@@ -440,10 +443,10 @@ func TestBackupRestoreEmpty(t *testing.T) {
 		}
 		rev = r.Header.Revision
 		if i%10 == 0 {
-			await(t, "a delta shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+			await(t, "a delta shipped", func() bool { return metric(t, s.addr, "sett_backup_revision") >= float64(rev) })
 		}
 	}
-	await(t, "every write shipped", func() bool { return metric(t, addr, "sett_backup_revision") >= float64(rev) })
+	await(t, "every write shipped", func() bool { return metric(t, s.addr, "sett_backup_revision") >= float64(rev) })
 	want := rangeAt(t, cli, 0)
 	s.kill()
 
@@ -451,11 +454,7 @@ func TestBackupRestoreEmpty(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	addr = harness.FreeAddr(t)
-	s = spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-restore-empty")...)
-	s.addr = addr
-	cli = harness.NewClient(t, addr)
-	s.awaitReady(cli)
+	s, cli = spawnBackedUp(t, s3, dir, "--backup-restore-empty")
 	if got := rangeAt(t, cli, 0); got != want {
 		t.Fatalf("recovered from the backup:\n%s\nwant:\n%s", got, want)
 	}
@@ -466,11 +465,7 @@ func TestBackupRestoreEmpty(t *testing.T) {
 	s.stop()
 
 	// Started again, the data dir is not empty: served as it is.
-	addr = harness.FreeAddr(t)
-	s = spawn(t, backupArgs(s3, s3.Endpoint, dir, addr, "--backup-restore-empty")...)
-	s.addr = addr
-	cli = harness.NewClient(t, addr)
-	s.awaitReady(cli)
+	s, cli = spawnBackedUp(t, s3, dir, "--backup-restore-empty")
 	if g, err := cli.Get(harness.Context(t), "/k/after"); err != nil || len(g.Kvs) != 1 {
 		t.Fatalf("a data dir that is not empty, started again: %v, %v", g, err)
 	}
