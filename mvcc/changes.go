@@ -16,8 +16,8 @@ import (
 // revisions From+1..To, in revision order, then the whole of the tables
 // no revision numbers as they are at To (leases, auth, members) and the
 // meta records a loaded store needs (compact revision, its hash, alarms,
-// live-count ranges). Index entries are not carried: a Patch rebuilds
-// those of the keys the changes touched from their versions.
+// live-count ranges). Index and current entries are not carried: a Patch
+// rebuilds those of the keys the changes touched from their versions.
 
 // ErrHistoryGone is returned by Store.Changes when compaction has removed
 // revisions the changes would carry: only a full export can follow.
@@ -272,8 +272,9 @@ func (p *Patch) Put(k, v []byte) error {
 }
 
 // Finish completes the patch, given where the changes end: their To and
-// the applied index there. It rebuilds the index of every key they
-// touched and records the revision reached, which it returns.
+// the applied index there. It rebuilds the index and the current entry of
+// every key they touched and records the revision reached, which it
+// returns.
 func (p *Patch) Finish(to int64, applied uint64) (int64, error) {
 	upTo := p.upTo
 	if upTo <= 0 || upTo > to {
@@ -304,6 +305,18 @@ func (p *Patch) Finish(to int64, applied uint64) (int64, error) {
 			return 0, err
 		}
 		if err := p.b.put(indexKey([]byte(raw)), m.encode()); err != nil {
+			return 0, err
+		}
+		ck := currentKey([]byte(raw))
+		if m.deleted {
+			err = p.b.delete(ck)
+		} else {
+			var e []byte
+			if e, err = currentEntry(snap, []byte(raw), m); err == nil {
+				err = p.b.put(ck, e)
+			}
+		}
+		if err != nil {
 			return 0, err
 		}
 	}

@@ -137,6 +137,7 @@ func restoreChain(t *testing.T, full []row, deltas []changeSet, upTo int64) *Sto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	sameCurrent(t, eng)
 	return s
 }
 

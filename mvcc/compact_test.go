@@ -14,7 +14,7 @@ import (
 	"github.com/settdb/sett/engine/badger"
 )
 
-func openStore(t *testing.T) (*Store, engine.Engine) {
+func openStore(t testing.TB) (*Store, engine.Engine) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: log})

@@ -21,7 +21,7 @@ import (
 // delete keys concurrently, always equal a walk of the index at the
 // revision the answer reports.
 func TestLiveCounts(t *testing.T) {
-	s, _ := openStore(t)
+	s, db := openStore(t)
 	ctx := context.Background()
 	ranges := [][2]string{{"a/", "a0"}, {"a/x", "a/y"}, {"a", "\x00"}, {"", "\x00"}, {"b", "c"}}
 	var wg sync.WaitGroup
@@ -81,6 +81,7 @@ func TestLiveCounts(t *testing.T) {
 			if kept == 0 {
 				t.Fatal("no count was kept live")
 			}
+			sameCurrent(t, db)
 			return
 		default:
 		}

@@ -43,16 +43,29 @@ func (s *Store) Export() (*Export, error) {
 func (e *Export) Reader() engine.Reader { return e.snap }
 
 // Rows calls fn with every row, in key order; k and v are valid until fn
-// returns.
+// returns. The current run stays behind: it is derived from the rest, so
+// the rows are those of layout 2 (rowsLayout), and the store they are
+// loaded into builds it when it opens.
 func (e *Export) Rows(fn func(k, v []byte) error) error {
 	it := e.snap.Iterate(nil, nil, false)
 	defer it.Close()
 	for ; it.Valid(); it.Next() {
+		k := it.Key()
+		if k[0] == prefixCurrent {
+			it.Seek([]byte{prefixCurrent + 1})
+			if !it.Valid() {
+				break
+			}
+			k = it.Key()
+		}
 		v, err := it.Value()
 		if err != nil {
 			return err
 		}
-		if err := fn(it.Key(), v); err != nil {
+		if bytes.Equal(k, metaLayout) {
+			v = binary.BigEndian.AppendUint64(nil, rowsLayout)
+		}
+		if err := fn(k, v); err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 //	'm' meta:    'm' + name                 store-wide state (the names below)
 //	'p' members: 'p' + BE(id)               a single node's member records (MemberTable)
 //	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
+//	'v' current: 'v' + esc(raw)             each live key's latest version, value and all
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
 // terminator 0x00 0x01. It keeps raw-key order for every byte string:
@@ -32,13 +33,23 @@ import (
 // adjacent, newest first (the suffix is the complement of the revision),
 // so the newest version at or below a revision is one forward seek, and
 // a range read with values walks the object run alone.
+//
+// The current run holds what a read at the head needs and nothing else:
+// one entry per live key, written in the same engine transaction as the
+// version it copies, removed when the key is deleted. A list at the head
+// walks it without stepping over the versions and compaction's
+// tombstones that the object run holds between one key and the next
+// (docs/ARCHITECTURE.md weighs it against the other designs). It is
+// derived from the rest: it leaves the store in no export and is built
+// again from the index and the versions where a store is loaded.
 const (
-	prefixAuth   = 'a'
-	prefixIndex  = 'i'
-	prefixKey    = 'k'
-	prefixLog    = 'r'
-	prefixMeta   = 'm'
-	prefixMember = 'p'
+	prefixAuth    = 'a'
+	prefixCurrent = 'v'
+	prefixIndex   = 'i'
+	prefixKey     = 'k'
+	prefixLog     = 'r'
+	prefixMeta    = 'm'
+	prefixMember  = 'p'
 
 	suffixLen = 8
 )
@@ -68,6 +79,11 @@ func indexKey(raw []byte) []byte {
 	return appendEscaped(make([]byte, 0, len(raw)+3), prefixIndex, raw)
 }
 
+// currentKey is the key holding raw's latest version while raw is live.
+func currentKey(raw []byte) []byte {
+	return appendEscaped(make([]byte, 0, len(raw)+3), prefixCurrent, raw)
+}
+
 // objectKey is the key holding raw's version written at rev.
 func objectKey(raw []byte, rev int64) []byte {
 	return binary.BigEndian.AppendUint64(groupKey(raw), ^uint64(rev))
@@ -82,13 +98,13 @@ func groupEnd(g []byte) []byte {
 }
 
 // keyRange maps the raw interval [key, end) onto the engine keys of one
-// prefix (prefixIndex or prefixKey). An empty end is the single key; end
-// "\x00" is every key >= key.
+// prefix (prefixIndex, prefixCurrent or prefixKey). An empty end is the
+// single key; end "\x00" is every key >= key.
 func keyRange(prefix byte, key, end []byte) (lo, hi []byte) {
 	lo = appendEscaped(nil, prefix, key)
 	switch {
 	case len(end) == 0:
-		if prefix == prefixIndex {
+		if prefix != prefixKey {
 			return lo, append(bytes.Clone(lo), 0)
 		}
 		return lo, groupEnd(lo)
@@ -137,12 +153,15 @@ func splitKey(ik []byte) (raw []byte, groupLen int, rev int64, err error) {
 }
 
 // splitIndexKey decodes an index key into its raw key.
-func splitIndexKey(ik []byte) ([]byte, error) {
-	if len(ik) < 3 || ik[0] != prefixIndex {
+func splitIndexKey(ik []byte) ([]byte, error) { return splitFlatKey(prefixIndex, ik) }
+
+// splitFlatKey decodes prefix + esc(raw) into raw.
+func splitFlatKey(prefix byte, k []byte) ([]byte, error) {
+	if len(k) < 3 || k[0] != prefix {
 		return nil, errBadKey
 	}
-	raw, n, err := unescape(ik[1:])
-	if err != nil || 1+n != len(ik) {
+	raw, n, err := unescape(k[1:])
+	if err != nil || 1+n != len(k) {
 		return nil, errBadKey
 	}
 	return raw, nil

@@ -15,11 +15,19 @@ import (
 	"github.com/settdb/sett/engine/badger"
 )
 
-// TestUpgradeLayout: a store written with layout 1 (each key's index in
-// its group of versions) reads exactly as before once reopened, with
-// every index moved and the layout recorded; the upgrade spans several
-// engine transactions on a small memtable.
+// TestUpgradeLayout: a store written with an earlier layout reads exactly
+// as before once reopened, with the layout recorded; the upgrade spans
+// several engine transactions on a small memtable. From layout 1 (each
+// key's index in its group of versions) every index moves; from layout 2
+// (no current run), or a build of it that a crash cut short, every live
+// key gets its current entry and no other key one.
 func TestUpgradeLayout(t *testing.T) {
+	t.Run("1", func(t *testing.T) { testUpgradeLayout(t, toLayout1) })
+	t.Run("2", func(t *testing.T) { testUpgradeLayout(t, func(t *testing.T, db engine.Engine) { toLayout2(t, db, 1) }) })
+	t.Run("2, part built", func(t *testing.T) { testUpgradeLayout(t, func(t *testing.T, db engine.Engine) { toLayout2(t, db, 2) }) })
+}
+
+func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
@@ -34,7 +42,7 @@ func TestUpgradeLayout(t *testing.T) {
 	const n = 6000
 	for i := range n {
 		k := []byte(fmt.Sprintf("k\x00%05d", i))
-		if _, err := s.Put(ctx, &pb.PutRequest{Key: k, Value: []byte("v"), Lease: 0}); err != nil {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: k, Value: []byte(fmt.Sprint("v", i)), Lease: 0}); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
@@ -46,9 +54,11 @@ func TestUpgradeLayout(t *testing.T) {
 	mid := s.Rev() - 100
 	reads := []*pb.RangeRequest{
 		{Key: []byte("k"), RangeEnd: []byte("l")},
+		{Key: []byte("k"), RangeEnd: []byte("l"), Revision: mid},
 		{Key: []byte("k"), RangeEnd: []byte("l"), Revision: mid, KeysOnly: true},
 		{Key: []byte("k"), RangeEnd: []byte("l"), CountOnly: true},
 		{Key: []byte("k\x0000042")},
+		{Key: []byte("k\x0005998"), Revision: mid},
 	}
 	var want []*pb.RangeResponse
 	for _, r := range reads {
@@ -59,7 +69,7 @@ func TestUpgradeLayout(t *testing.T) {
 		want = append(want, resp)
 	}
 	s.Close()
-	toLayout1(t, db)
+	downgrade(t, db)
 
 	s, err = Open(db, Options{Logger: log})
 	if err != nil {
@@ -81,6 +91,7 @@ func TestUpgradeLayout(t *testing.T) {
 	if engineKeys(t, db, prefixIndex) != n {
 		t.Fatalf("%d index keys, want %d", engineKeys(t, db, prefixIndex), n)
 	}
+	sameCurrent(t, db)
 	snap, _ := db.Snapshot()
 	defer snap.Close()
 	if v, err := readInt(snap, metaLayout, 0); err != nil || v != layoutVersion {
@@ -88,9 +99,45 @@ func TestUpgradeLayout(t *testing.T) {
 	}
 }
 
+// toLayout2 removes every every-th entry of a store's current run and
+// records layout 2, as a store written before the run, or one whose
+// build a crash cut short, has it.
+func toLayout2(t *testing.T, db engine.Engine, every int) {
+	t.Helper()
+	for {
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := tx.Iterate([]byte{prefixCurrent}, []byte{prefixCurrent + 1}, false)
+		removed := 0
+		for i := 0; it.Valid() && removed < 1000; it.Next() {
+			if i++; i%every == 0 {
+				if err := tx.Delete(bytes.Clone(it.Key())); err != nil {
+					t.Fatal(err)
+				}
+				removed++
+			}
+		}
+		it.Close()
+		if removed == 0 || every > 1 {
+			if err := putInt(tx, metaLayout, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if removed == 0 || every > 1 {
+			return
+		}
+	}
+}
+
 // toLayout1 rewrites a store's index keys as layout 1 had them.
 func toLayout1(t *testing.T, db engine.Engine) {
 	t.Helper()
+	toLayout2(t, db, 1) // layout 1 had no current run either
 	for {
 		tx, err := db.Begin()
 		if err != nil {
@@ -125,5 +172,56 @@ func toLayout1(t *testing.T, db engine.Engine) {
 		if moved == 0 {
 			return
 		}
+	}
+}
+
+// sameCurrent requires the current run of the store on eng to hold
+// exactly what its index and versions say: an entry for every live key,
+// with its latest version, and none for any other key.
+func sameCurrent(t *testing.T, eng engine.Engine) {
+	t.Helper()
+	snap, err := eng.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	want := map[string]string{}
+	it := snap.Iterate([]byte{prefixIndex}, []byte{prefixIndex + 1}, false)
+	for ; it.Valid(); it.Next() {
+		v, _ := it.Value()
+		m, err := decodeMeta(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.deleted {
+			continue
+		}
+		raw, err := splitIndexKey(it.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := currentEntry(snap, raw, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[string(raw)] = string(e)
+	}
+	it.Close()
+	it = snap.Iterate([]byte{prefixCurrent}, []byte{prefixCurrent + 1}, false)
+	defer it.Close()
+	n := 0
+	for ; it.Valid(); it.Next() {
+		raw, err := splitFlatKey(prefixCurrent, it.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := it.Value()
+		if w, ok := want[string(raw)]; !ok || w != string(v) {
+			t.Fatalf("current entry of %q is %q, want %q (live: %v)", raw, v, w, ok)
+		}
+		n++
+	}
+	if n != len(want) {
+		t.Fatalf("%d current entries, want %d", n, len(want))
 	}
 }

@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -26,6 +25,9 @@ type view struct {
 	live   *liveCounts
 	// ops, when set, counts the view's compares (see Stats).
 	ops *ops
+	// head is the revision whose state the reader holds exactly, -1 if
+	// none, 0 until atHead has looked.
+	head int64
 }
 
 // checkRev resolves a requested revision as etcd's range does: future
@@ -45,7 +47,28 @@ func (v *view) checkRev(rev int64) (int64, error) {
 }
 
 // get returns raw's key-value at rev, or nil if it did not exist then.
+// With its value, a key live at rev and unchanged since is one read of
+// the current run.
 func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, error) {
+	if withValue {
+		b, err := v.r.Get(currentKey(raw))
+		switch {
+		case err == nil:
+			m, value, err := decodeCurrent(b)
+			if err != nil {
+				return nil, fmt.Errorf("current version of %q: %w", raw, err)
+			}
+			if m.mod > rev {
+				return v.older(raw, rev)
+			}
+			kv := m.keyValue(raw)
+			kv.Value = value
+			return kv, nil
+		case !errors.Is(err, engine.ErrNotFound):
+			return nil, err
+		}
+		// Not live in the reader: it may still have been at rev.
+	}
 	b, err := v.r.Get(indexKey(raw))
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil
@@ -57,26 +80,20 @@ func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, err
 	if err != nil {
 		return nil, fmt.Errorf("index of %q: %w", raw, err)
 	}
-	if m.mod <= rev {
-		if m.deleted {
-			return nil, nil
-		}
-		kv := m.keyValue(raw)
-		if withValue {
-			b, err := v.r.Get(objectKey(raw, m.mod))
-			if err != nil {
-				return nil, fmt.Errorf("object of %q at %d: %w", raw, m.mod, err)
-			}
-			ver, err := decodeVersion(b)
-			if err != nil {
-				return nil, err
-			}
-			kv.Value = ver.value
-		}
-		return kv, nil
+	switch {
+	case m.mod > rev:
+		return v.older(raw, rev)
+	case m.deleted:
+		return nil, nil
+	case withValue:
+		return nil, fmt.Errorf("index of %q at %d: %w: no current version", raw, m.mod, errBadRecord)
 	}
-	// The latest version is newer than rev: the first object at or past
-	// objectKey(raw, rev) is the newest version <= rev.
+	return m.keyValue(raw), nil
+}
+
+// older returns raw's key-value at rev from its object versions: the first
+// object at or past objectKey(raw, rev) is the newest version <= rev.
+func (v *view) older(raw []byte, rev int64) (*mvccpb.KeyValue, error) {
 	g := groupKey(raw)
 	it := v.r.Iterate(objectKey(raw, rev), groupEnd(g), false)
 	defer it.Close()
@@ -84,6 +101,28 @@ func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, err
 		return nil, nil
 	}
 	return versionAt(it, raw)
+}
+
+// atHead reports whether the view's reader holds exactly the writes up to
+// rev and none after it, so that the current run is the state at rev. A
+// snapshot may hold a batch committed but not yet published, or part of
+// a large request (see spillTxn).
+func (v *view) atHead(rev int64) (bool, error) {
+	if v.head == 0 {
+		v.head = -1
+		pending, err := readInt(v.r, metaPending, 0)
+		if err != nil {
+			return false, err
+		}
+		if pending == 0 {
+			st, err := readHead(v.r)
+			if err != nil {
+				return false, err
+			}
+			v.head = st.rev
+		}
+	}
+	return rev == v.head, nil
 }
 
 // decodeAt decodes the object version under the iterator and the
@@ -145,7 +184,14 @@ func (v *view) scan(key, end []byte, rev int64, withValue bool, fn func(*mvccpb.
 		return nil
 	}
 	if withValue {
-		return v.scanObjects(key, end, rev, fn)
+		head, err := v.atHead(rev)
+		if err != nil {
+			return err
+		}
+		if head {
+			return v.scanCurrent(key, end, rev, fn)
+		}
+		return v.scanPinned(key, end, rev, fn)
 	}
 	older := v.olderReader()
 	defer older.close()
@@ -253,56 +299,99 @@ func (o *olderVersions) close() {
 	}
 }
 
-// scanObjects is scan with values: one walk over the object versions,
-// taking from each key's group the newest version at or below rev.
-func (v *view) scanObjects(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
-	lo, hi := keyRange(prefixKey, key, end)
+// scanCurrent is scan with values at the head: one walk over the current
+// run, which holds the live keys and nothing else.
+func (v *view) scanCurrent(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
+	lo, hi := keyRange(prefixCurrent, key, end)
 	it := v.r.Iterate(lo, hi, false)
 	defer it.Close()
-	var group []byte
-	for it.Valid() {
-		raw, gl, orev, err := splitKey(it.Key())
+	for ; it.Valid(); it.Next() {
+		raw, err := splitFlatKey(prefixCurrent, it.Key())
 		if err != nil {
 			return err
 		}
-		group = append(group[:0], it.Key()[:gl]...)
-		if orev > rev {
-			// Versions follow newest first: the one at rev is past the
-			// newer ones, a seek away.
-			it.Seek(binary64(group, ^uint64(rev)))
-			if !it.Valid() || !bytes.HasPrefix(it.Key(), group) {
-				continue
-			}
-		}
-		kv, err := versionAt(it, raw)
+		b, err := it.Value()
 		if err != nil {
 			return err
 		}
-		if kv != nil && !fn(kv) {
+		m, value, err := decodeCurrent(b)
+		if err != nil {
+			return fmt.Errorf("current version of %q: %w", raw, err)
+		}
+		if m.mod > rev {
+			return fmt.Errorf("current version of %q at %d, past the head %d: %w", raw, m.mod, rev, errBadRecord)
+		}
+		kv := m.keyValue(raw)
+		kv.Value = bytes.Clone(value) // b is valid only until Next
+		if !fn(kv) {
 			return nil
 		}
-		skipGroup(it, group)
 	}
 	return nil
 }
 
-func binary64(group []byte, x uint64) []byte {
-	k := make([]byte, len(group), len(group)+suffixLen)
-	copy(k, group)
-	return binary.BigEndian.AppendUint64(k, x)
+// scanPinned is scan with values below the head, or on a reader that
+// holds writes past rev: a walk over the index, beside one over the
+// current run for the keys unchanged since rev. Only the keys written
+// after rev seek their older version among the objects.
+func (v *view) scanPinned(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
+	lo, hi := keyRange(prefixCurrent, key, end)
+	cur := v.r.Iterate(lo, hi, false)
+	defer cur.Close()
+	older := v.olderReader()
+	defer older.close()
+	return v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
+		if m.mod <= rev && m.deleted {
+			return true, nil
+		}
+		raw, err := splitIndexKey(ik)
+		if err != nil {
+			return false, err
+		}
+		if m.mod > rev {
+			kv, err := older.at(raw, rev)
+			if err != nil || kv == nil {
+				return err == nil, err
+			}
+			return fn(kv), nil
+		}
+		value, err := currentValue(cur, ik, m)
+		if err != nil {
+			return false, fmt.Errorf("current version of %q: %w", raw, err)
+		}
+		kv := m.keyValue(raw)
+		kv.Value = value
+		return fn(kv), nil
+	})
 }
 
-// skipGroup moves the iterator to the first entry after group. A few
-// Next calls are cheaper than a Seek; a key with a long history is
-// skipped with one Seek.
-func skipGroup(it engine.Iterator, group []byte) {
-	for range 4 {
-		if !it.Valid() || !bytes.HasPrefix(it.Key(), group) {
-			return
-		}
-		it.Next()
+// currentValue moves cur, an iterator over the current run, to the entry
+// of the key whose index entry is ik and m, and returns a copy of its
+// value. Keys come in the same order in both runs, so a few steps
+// usually find it; a seek skips a long run of keys written after the
+// revision read.
+func currentValue(cur engine.Iterator, ik []byte, m meta) ([]byte, error) {
+	behind := func() bool { return cur.Valid() && bytes.Compare(cur.Key()[1:], ik[1:]) < 0 }
+	for i := 0; i < 4 && behind(); i++ {
+		cur.Next()
 	}
-	if it.Valid() && bytes.HasPrefix(it.Key(), group) {
-		it.Seek(groupEnd(group))
+	if behind() {
+		target := append([]byte{prefixCurrent}, ik[1:]...)
+		cur.Seek(target)
 	}
+	if !cur.Valid() || !bytes.Equal(cur.Key()[1:], ik[1:]) {
+		return nil, fmt.Errorf("%w: missing for the index entry at %d", errBadRecord, m.mod)
+	}
+	b, err := cur.Value()
+	if err != nil {
+		return nil, err
+	}
+	cm, value, err := decodeCurrent(b)
+	if err != nil {
+		return nil, err
+	}
+	if cm.mod != m.mod {
+		return nil, fmt.Errorf("%w: at %d, the index at %d", errBadRecord, cm.mod, m.mod)
+	}
+	return bytes.Clone(value), nil
 }

@@ -23,11 +23,14 @@ type version struct {
 
 const flagDeleted = 1
 
-func (m meta) encode() []byte {
-	b := make([]byte, 1, 1+4*binary.MaxVarintLen64)
+func (m meta) encode() []byte { return m.appendTo(make([]byte, 0, 1+4*binary.MaxVarintLen64)) }
+
+func (m meta) appendTo(b []byte) []byte {
+	flags := byte(0)
 	if m.deleted {
-		b[0] = flagDeleted
+		flags = flagDeleted
 	}
+	b = append(b, flags)
 	b = binary.AppendVarint(b, m.mod)
 	b = binary.AppendVarint(b, m.create)
 	b = binary.AppendVarint(b, m.version)
@@ -35,21 +38,44 @@ func (m meta) encode() []byte {
 }
 
 func decodeMeta(b []byte) (meta, error) {
+	m, _, err := decodeMetaPrefix(b)
+	return m, err
+}
+
+// decodeMetaPrefix decodes the index entry at the start of b and returns
+// its length.
+func decodeMetaPrefix(b []byte) (meta, int, error) {
 	var m meta
 	if len(b) < 1 {
-		return m, errBadRecord
+		return m, 0, errBadRecord
 	}
 	m.deleted = b[0]&flagDeleted != 0
-	fields := []*int64{&m.mod, &m.create, &m.version, &m.lease}
-	b = b[1:]
-	for _, f := range fields {
-		v, n := binary.Varint(b)
-		if n <= 0 {
-			return m, errBadRecord
+	n := 1
+	for _, f := range [...]*int64{&m.mod, &m.create, &m.version, &m.lease} {
+		v, k := binary.Varint(b[n:])
+		if k <= 0 {
+			return m, 0, errBadRecord
 		}
-		*f, b = v, b[n:]
+		*f, n = v, n+k
 	}
-	return m, nil
+	return m, n, nil
+}
+
+// encodeCurrent encodes a live key's entry in the current run: its index
+// entry followed by its value.
+func encodeCurrent(m meta, value []byte) []byte {
+	b := make([]byte, 0, 1+4*binary.MaxVarintLen64+len(value))
+	b = m.appendTo(b)
+	return append(b, value...)
+}
+
+// decodeCurrent decodes an entry of the current run. The value aliases b.
+func decodeCurrent(b []byte) (meta, []byte, error) {
+	m, n, err := decodeMetaPrefix(b)
+	if err != nil || m.deleted {
+		return m, nil, errBadRecord
+	}
+	return m, b[n:], nil
 }
 
 func (v version) encode() []byte {

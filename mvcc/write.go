@@ -42,7 +42,9 @@ func (w *writer) rev() int64 {
 }
 
 func (w *writer) view() *view {
-	return &view{r: w.reader, rev: w.rev(), compact: w.compact, ops: &w.ops}
+	// The transaction holds exactly the state at w.rev(): the requests
+	// before this one in its batch, and this one's own writes.
+	return &view{r: w.reader, rev: w.rev(), compact: w.compact, ops: &w.ops, head: w.rev()}
 }
 
 // latest returns the index entry of raw, its encoding (nil if absent).
@@ -74,15 +76,13 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 		oldLease = m.lease
 		next.create, next.version = m.create, m.version+1
 		prev = m.keyValue(raw)
-		b, err := w.tx.Get(objectKey(raw, m.mod))
+		b, err := w.tx.Get(currentKey(raw))
 		if err != nil {
-			return nil, fmt.Errorf("previous version of %q: %w", raw, err)
+			return nil, fmt.Errorf("current version of %q: %w", raw, err)
 		}
-		ver, err := decodeVersion(b)
-		if err != nil {
-			return nil, err
+		if _, prev.Value, err = decodeCurrent(b); err != nil {
+			return nil, fmt.Errorf("current version of %q: %w", raw, err)
 		}
-		prev.Value = ver.value
 	}
 	// The change-log entry goes first: a large request commits its writes
 	// in several engine transactions, and undoing it finds what it
@@ -95,6 +95,9 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 		return nil, err
 	}
 	if err := w.tx.PutIf(indexKey(raw), next.encode(), old); err != nil {
+		return nil, err
+	}
+	if err := w.tx.Put(currentKey(raw), encodeCurrent(next, value)); err != nil {
 		return nil, err
 	}
 	w.moveKey(raw, oldLease, lease)
@@ -134,6 +137,9 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 			return nil, err
 		}
 		if err := w.tx.PutIf(indexKey(kv.Key), meta{mod: rev, deleted: true}.encode(), old.encode()); err != nil {
+			return nil, err
+		}
+		if err := w.tx.Delete(currentKey(kv.Key)); err != nil {
 			return nil, err
 		}
 		w.moveKey(kv.Key, kv.Lease, 0)
