@@ -225,3 +225,64 @@ func sameCurrent(t *testing.T, eng engine.Engine) {
 		t.Fatalf("%d current entries, want %d", n, len(want))
 	}
 }
+
+// TestFollowerBeforeUpgrade: a clustered member that follows a leader
+// running an older sett (layout 2, no current run) reads every value
+// from the versions, and the current run once the layout is 3.
+func TestFollowerBeforeUpgrade(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := Open(db, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		k := fmt.Sprintf("k/%02d", i%20)
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("k/07")}); err != nil {
+		t.Fatal(err)
+	}
+	reads := []*pb.RangeRequest{
+		{Key: []byte("k/"), RangeEnd: []byte("k0")},
+		{Key: []byte("k/"), RangeEnd: []byte("k0"), Revision: 30},
+		{Key: []byte("k/03")},
+		{Key: []byte("k/07")},
+		{Key: []byte("k/07"), Revision: 30},
+	}
+	var want []*pb.RangeResponse
+	for _, r := range reads {
+		resp, err := s.Range(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, resp)
+	}
+	s.Close()
+	toLayout2(t, db, 1)
+
+	f, err := Open(db, Options{Logger: log, Clustered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i, r := range reads {
+		got, err := f.Range(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want[i]) {
+			t.Fatalf("read %d on a follower of layout 2:\n got %v\nwant %v", i, got, want[i])
+		}
+	}
+	if f.hasCurrent.Load() {
+		t.Fatal("a follower of layout 2 reads the current run")
+	}
+}

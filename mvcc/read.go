@@ -28,6 +28,10 @@ type view struct {
 	// head is the revision whose state the reader holds exactly, -1 if
 	// none, 0 until atHead has looked.
 	head int64
+	// noCurrent says the engine keeps no current run yet: a clustered
+	// store whose leader has not upgraded its layout. Values are then
+	// read from the versions alone.
+	noCurrent bool
 }
 
 // checkRev resolves a requested revision as etcd's range does: future
@@ -50,7 +54,7 @@ func (v *view) checkRev(rev int64) (int64, error) {
 // With its value, a key live at rev and unchanged since is one read of
 // the current run.
 func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, error) {
-	if withValue {
+	if withValue && !v.noCurrent {
 		b, err := v.r.Get(currentKey(raw))
 		switch {
 		case err == nil:
@@ -81,7 +85,7 @@ func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, err
 		return nil, fmt.Errorf("index of %q: %w", raw, err)
 	}
 	switch {
-	case m.mod > rev:
+	case m.mod > rev || withValue && v.noCurrent:
 		return v.older(raw, rev)
 	case m.deleted:
 		return nil, nil
@@ -188,7 +192,7 @@ func (v *view) scan(key, end []byte, rev int64, withValue bool, fn func(*mvccpb.
 		if err != nil {
 			return err
 		}
-		if head {
+		if head && !v.noCurrent {
 			return v.scanCurrent(key, end, rev, fn)
 		}
 		return v.scanPinned(key, end, rev, fn)
@@ -223,10 +227,17 @@ func (v *view) count(key, end []byte, rev int64) (int64, error) {
 	if emptyRange(key, end) {
 		return 0, nil
 	}
+	head, err := v.atHead(rev)
+	if err != nil {
+		return 0, err
+	}
+	if head {
+		return v.countLive(key, end)
+	}
 	older := v.olderReader()
 	defer older.close()
 	var n int64
-	err := v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
+	err = v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
 		if m.mod <= rev {
 			if !m.deleted {
 				n++
@@ -244,6 +255,30 @@ func (v *view) count(key, end []byte, rev int64) (int64, error) {
 		return err == nil, err
 	})
 	return n, err
+}
+
+// countLive counts the keys in [key, end) that exist at the head of a
+// reader that holds nothing past it (see atHead): there no index entry
+// is newer than the revision read, and an entry's first byte alone says
+// whether its key exists, so nothing else of it is decoded.
+func (v *view) countLive(key, end []byte) (int64, error) {
+	lo, hi := keyRange(prefixIndex, key, end)
+	it := v.r.Iterate(lo, hi, false)
+	defer it.Close()
+	var n int64
+	for ; it.Valid(); it.Next() {
+		b, err := it.Value()
+		if err != nil {
+			return 0, err
+		}
+		if len(b) == 0 {
+			return 0, fmt.Errorf("index %q: %w", it.Key(), errBadRecord)
+		}
+		if b[0]&flagDeleted == 0 {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // walkIndex calls fn with the index key and the state of every key in
@@ -348,7 +383,7 @@ func (v *view) scanPinned(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) 
 		if err != nil {
 			return false, err
 		}
-		if m.mod > rev {
+		if m.mod > rev || v.noCurrent {
 			kv, err := older.at(raw, rev)
 			if err != nil || kv == nil {
 				return err == nil, err

@@ -10,15 +10,29 @@ import (
 )
 
 // BenchmarkListAfterChurn lists 5,000 keys of 1 KiB with values, each
-// written five times since the last compaction, as a control plane's
-// objects are between two compactions: at the head (the current run)
-// and pinned one revision below it (the index beside the current run).
+// written a number of times since the last compaction, as a control
+// plane's objects are between two compactions, or compacted after twenty
+// writes, which leaves nineteen tombstones each until the engine merges
+// them away: at the head and pinned one revision below it.
 func BenchmarkListAfterChurn(b *testing.B) {
+	for _, c := range []struct {
+		writes  int
+		compact bool
+	}{{1, false}, {5, false}, {20, false}, {20, true}} {
+		name := fmt.Sprintf("writes %d", c.writes)
+		if c.compact {
+			name += ", compacted"
+		}
+		b.Run(name, func(b *testing.B) { benchListAfterChurn(b, c.writes, c.compact) })
+	}
+}
+
+func benchListAfterChurn(b *testing.B, writes int, compact bool) {
 	s, _ := openStore(b)
 	ctx := context.Background()
 	val := make([]byte, 1024)
 	const keys = 5000
-	for range 5 {
+	for range writes {
 		for i := 0; i < keys; i += 50 {
 			var ops []*pb.RequestOp
 			for j := i; j < i+50; j++ {
@@ -27,6 +41,11 @@ func BenchmarkListAfterChurn(b *testing.B) {
 			if _, err := s.Txn(ctx, &pb.TxnRequest{Success: ops}); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+	if compact {
+		if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: s.Rev(), Physical: true}); err != nil {
+			b.Fatal(err)
 		}
 	}
 	for _, below := range []int64{0, 1} {
