@@ -42,7 +42,7 @@ func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) 
 	const n = 6000
 	for i := range n {
 		k := []byte(fmt.Sprintf("k\x00%05d", i))
-		if _, err := s.Put(ctx, &pb.PutRequest{Key: k, Value: []byte(fmt.Sprint("v", i)), Lease: 0}); err != nil {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: k, Value: []byte(fmt.Sprintf("%0100d", i)), Lease: 0}); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
