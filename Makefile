@@ -33,8 +33,9 @@ RACE_ENV = GORACE="atexit_sleep_ms=0 $(GORACE)"
 
 .PHONY: build run test vulncheck test-sett test-soak test-tikv bench bench-backup bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e e2e-kine test-etcd-e2e fuzz image image-host release cross test-arm64 nemesis
 
+# bin/sett says which commit it is (sett version), as a release does.
 build:
-	$(GO) build -o bin/sett .
+	$(GO) build -ldflags '-X main.version=$(SETT_VERSION) -X main.commit=$(COMMIT)' -o bin/sett .
 
 run: build
 	./bin/sett serve --data-dir ./sett.data

@@ -60,14 +60,7 @@ func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) 
 		{Key: []byte("k\x0000042")},
 		{Key: []byte("k\x0005998"), Revision: mid},
 	}
-	var want []*pb.RangeResponse
-	for _, r := range reads {
-		resp, err := s.Range(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, resp)
-	}
+	want := rangeEach(t, s, reads)
 	s.Close()
 	downgrade(t, db)
 
@@ -76,11 +69,7 @@ func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) 
 		t.Fatal(err)
 	}
 	defer func() { s.Close(); db.Close() }()
-	for i, r := range reads {
-		got, err := s.Range(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, got := range rangeEach(t, s, reads) {
 		if !proto.Equal(got, want[i]) {
 			t.Fatalf("read %d after the upgrade: %d keys, count %d; want %d keys, count %d", i, len(got.Kvs), got.Count, len(want[i].Kvs), want[i].Count)
 		}
@@ -257,14 +246,7 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 		{Key: []byte("k/07")},
 		{Key: []byte("k/07"), Revision: 30},
 	}
-	var want []*pb.RangeResponse
-	for _, r := range reads {
-		resp, err := s.Range(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, resp)
-	}
+	want := rangeEach(t, s, reads)
 	s.Close()
 	toLayout2(t, db, 1)
 
@@ -273,11 +255,7 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	for i, r := range reads {
-		got, err := f.Range(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, got := range rangeEach(t, f, reads) {
 		if !proto.Equal(got, want[i]) {
 			t.Fatalf("read %d on a follower of layout 2:\n got %v\nwant %v", i, got, want[i])
 		}
@@ -285,4 +263,18 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 	if f.hasCurrent.Load() {
 		t.Fatal("a follower of layout 2 reads the current run")
 	}
+}
+
+// rangeEach answers each of reads on s.
+func rangeEach(t *testing.T, s *Store, reads []*pb.RangeRequest) []*pb.RangeResponse {
+	t.Helper()
+	var out []*pb.RangeResponse
+	for _, r := range reads {
+		resp, err := s.Range(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp)
+	}
+	return out
 }
