@@ -31,8 +31,7 @@ import (
 // lease attachments at start read only the small index records, never
 // the values of the versions. A key's object versions, its group, are
 // adjacent, newest first (the suffix is the complement of the revision),
-// so the newest version at or below a revision is one forward seek, and
-// a range read with values walks the object run alone.
+// so the newest version at or below a revision is one forward seek.
 //
 // The current run holds what a read at the head needs and nothing else:
 // one entry per live key, written in the same engine transaction as the

@@ -97,31 +97,23 @@ func buildCurrent(eng engine.Engine) error {
 		return err
 	}
 	defer b.discard()
-	it := snap.Iterate([]byte{prefixIndex}, []byte{prefixIndex + 1}, false)
-	defer it.Close()
-	for ; it.Valid(); it.Next() {
-		v, err := it.Value()
-		if err != nil {
-			return err
-		}
-		m, err := decodeMeta(v)
-		if err != nil {
-			return fmt.Errorf("index %q: %w", it.Key(), err)
-		}
+	// Every raw key: esc("") is the least escape there is.
+	err = (&view{r: snap}).walkIndex(nil, []byte{0}, func(ik []byte, m meta) (bool, error) {
 		if m.deleted {
-			continue
+			return true, nil
 		}
-		raw, err := splitIndexKey(it.Key())
+		raw, err := splitIndexKey(ik)
 		if err != nil {
-			return err
+			return false, err
 		}
 		e, err := currentEntry(snap, raw, m)
-		if err != nil {
-			return err
+		if err == nil {
+			err = b.put(currentKey(raw), e)
 		}
-		if err := b.put(currentKey(raw), e); err != nil {
-			return err
-		}
+		return err == nil, err
+	})
+	if err != nil {
+		return err
 	}
 	if err := b.put(metaLayout, binary.BigEndian.AppendUint64(nil, layoutVersion)); err != nil {
 		return err

@@ -119,11 +119,9 @@ func (v *view) atHead(rev int64) (bool, error) {
 			return false, err
 		}
 		if pending == 0 {
-			st, err := readHead(v.r)
-			if err != nil {
+			if v.head, err = readRev(v.r); err != nil {
 				return false, err
 			}
-			v.head = st.rev
 		}
 	}
 	return rev == v.head, nil
@@ -370,9 +368,12 @@ func (v *view) scanCurrent(key, end []byte, rev int64, fn func(*mvccpb.KeyValue)
 // current run for the keys unchanged since rev. Only the keys written
 // after rev seek their older version among the objects.
 func (v *view) scanPinned(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
-	lo, hi := keyRange(prefixCurrent, key, end)
-	cur := v.r.Iterate(lo, hi, false)
-	defer cur.Close()
+	var cur engine.Iterator
+	if !v.noCurrent {
+		lo, hi := keyRange(prefixCurrent, key, end)
+		cur = v.r.Iterate(lo, hi, false)
+		defer cur.Close()
+	}
 	older := v.olderReader()
 	defer older.close()
 	return v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {

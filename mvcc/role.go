@@ -199,6 +199,19 @@ func readHead(r engine.Reader) (state, error) {
 	return st, err
 }
 
+// readRev is the revision the state record holds, 1 for none.
+func readRev(r engine.Reader) (int64, error) {
+	b, err := r.Get(metaState)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return 1, nil
+	case err != nil:
+		return 0, fmt.Errorf("read state: %w", err)
+	}
+	rev, _, _, err := decodeState(b)
+	return rev, err
+}
+
 // stateRecord encodes metaState: the current revision, the applied
 // index and, for a clustered store, the epoch of the term that wrote it.
 // A store alone on its engine writes no epoch, so its record reads as it
