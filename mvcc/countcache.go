@@ -83,7 +83,8 @@ type liveCounts struct {
 	mu     sync.Mutex
 	rev    int64 // the revision every count is exact at
 	ranges map[countKey]*liveCount
-	tick   int64 // for evicting the least recently used range
+	tick   int64     // for evicting the least recently used range
+	dirs   dirCounts // every directory's count; nil: not kept
 	// gen counts changes to the set of ranges, saved is the gen last
 	// written to the engine, at savedAt; soon asks for the next commit
 	// to write it, however recent savedAt.
@@ -117,6 +118,17 @@ func (c *liveCounts) reset(rev int64) {
 	defer c.mu.Unlock()
 	c.rev = rev
 	clear(c.ranges)
+	c.dirs = nil
+}
+
+// keepDirs starts keeping the directories' counts from dirs, exact at
+// rev, unless writes have committed since.
+func (c *liveCounts) keepDirs(dirs dirCounts, rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev == c.rev {
+		c.dirs = dirs
+	}
 }
 
 // get returns the count of [start, end) at rev, if it is known.
@@ -128,7 +140,13 @@ func (c *liveCounts) get(start, end []byte, rev int64) (int64, bool) {
 	}
 	lc, ok := c.ranges[countKey{start: string(start), end: string(end)}]
 	if !ok {
-		return 0, false
+		if c.dirs == nil || !dirRange(start, end) {
+			return 0, false
+		}
+		if n := c.dirs[string(start)]; n != nil {
+			return *n, true
+		}
+		return 0, true
 	}
 	c.tick++
 	lc.used = c.tick
@@ -276,7 +294,7 @@ func (c *liveCounts) apply(notify []committed, rev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rev = rev
-	if len(c.ranges) == 0 {
+	if len(c.ranges) == 0 && c.dirs == nil {
 		return
 	}
 	for _, cm := range notify {
@@ -289,6 +307,9 @@ func (c *liveCounts) apply(notify []committed, rev int64) {
 				d = 1
 			default:
 				continue
+			}
+			if c.dirs != nil && !c.dirs.add(e.KV.Key, d) {
+				c.dirs = nil
 			}
 			for _, lc := range c.ranges {
 				if inCountRange(e.KV.Key, lc.start, lc.end) {

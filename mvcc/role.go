@@ -250,18 +250,25 @@ func (s *Store) reload() (int64, error) {
 		return 0, err
 	}
 	// A store alone on its engine counts, in the same walk, the ranges
-	// it kept live counts of (see liveCounts). A clustered one does not:
-	// other members write without keeping them.
+	// it kept live counts of and every directory (see liveCounts and
+	// dirCounts). A clustered one does not: other members write without
+	// keeping them.
 	var counter *rangeCounter
+	var dirs *dirCounter
 	var visit func([]byte)
 	if !s.opts.Clustered {
 		ranges, err := countRanges(snap)
 		if err != nil {
 			return 0, err
 		}
+		dirs = newDirCounter()
+		visit = dirs.add
 		if len(ranges) > 0 {
 			counter = newRangeCounter(ranges)
-			visit = counter.add
+			visit = func(ik []byte) {
+				dirs.add(ik)
+				counter.add(ik)
+			}
 		}
 	}
 	leases := newLeaseTable()
@@ -277,6 +284,9 @@ func (s *Store) reload() (int64, error) {
 			s.live.put(r.start, r.end, st.rev, counter.n[i])
 		}
 		s.live.markAllSaved()
+	}
+	if dirs != nil {
+		s.live.keepDirs(dirs.result(), st.rev)
 	}
 	s.rev.Store(st.rev)
 	s.applied.Store(st.applied)
