@@ -92,6 +92,7 @@ func runServe(c *cli.Context, cfg *embed.Config) error {
 	if err := systemd.Notify("READY=1"); err != nil {
 		log.Warn("telling systemd sett is ready", "error", err)
 	}
+	go releaseStartPages(ctx, log)
 	select {
 	case <-ctx.Done():
 	case err = <-srv.Err():
@@ -168,4 +169,21 @@ func serverTLS(c *cli.Context) (transport.TLSFiles, error) {
 // is when installed in etcd's place.
 func runsAsEtcd(argv0 string) bool {
 	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == "etcd"
+}
+
+// releaseStartPages pages out, once the server has served a while, what
+// starting it left of the executable in memory (see
+// cmdline.ReleaseExecutablePages). Ten seconds covers a kube-apiserver's
+// first lists; what serving runs comes back on first use.
+func releaseStartPages(ctx context.Context, log *slog.Logger) {
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	if _, err := cmdline.ReleaseExecutablePages(); err != nil {
+		log.Debug("paging out the executable's start-up pages", "error", err)
+	}
 }
