@@ -86,6 +86,7 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		bind(&cli.DurationFlag{Name: "warning-apply-duration", Aliases: []string{"experimental-warning-apply-duration"}, Usage: "a write applied, or a range or read-only txn served, more slowly counts in etcd_server_slow_apply_total"}, &cfg.WarningApplyDuration),
 		bind(&cli.BoolFlag{Name: "strict-reconfig-check", Usage: "refuse a membership change that would leave fewer started members than a quorum, as etcd does"}, &cfg.StrictReconfigCheck),
 		bind(&cli.BoolFlag{Name: "enable-pprof", Usage: "serve /debug/pprof on the HTTP endpoints"}, &cfg.EnablePprof),
+		bind(&cli.StringFlag{Name: "metrics", Usage: "basic, or extensive to add each gRPC method's handling-time histogram (grpc_server_handling_seconds), as etcd"}, &cfg.Metrics),
 		&cli.StringFlag{Name: "logger", Value: "zap", Usage: "zap, etcd's only logger (accepted for etcd's command line)"},
 		bind(&cli.StringFlag{Name: "log-outputs", Usage: "comma-separated: default or stderr, stdout, or file paths"}, &cfg.LogOutputs),
 		bind(&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"}, &cfg.LogLevel),

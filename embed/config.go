@@ -78,6 +78,11 @@ type Config struct {
 	// EnablePprof serves /debug/pprof on the HTTP endpoints
 	// (--enable-pprof, false).
 	EnablePprof bool
+	// Metrics is how much /metrics says (--metrics, basic): "extensive"
+	// adds each gRPC method's handling-time histogram
+	// (grpc_server_handling_seconds), as etcd does; any other value is
+	// basic, as in etcd.
+	Metrics string
 
 	// ClientTLS is the TLS sett serves clients with, and presents when it
 	// forwards to a leader: --cert-file, --key-file, --trusted-ca-file,
@@ -246,6 +251,7 @@ func NewConfig() Config {
 		SnapshotFormat:              "sett",
 		SnapshotRetention:           5,
 		BackupFullInterval:          time.Hour,
+		Metrics:                     "basic",
 		LogLevel:                    "info",
 		LogFormat:                   "auto",
 		LogOutputs:                  "default",

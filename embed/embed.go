@@ -281,6 +281,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		WarningUnaryRequestDuration: cfg.WarningUnaryRequestDuration,
 		DataDir:                     dir,
 		EnablePprof:                 cfg.EnablePprof,
+		ExtensiveMetrics:            cfg.Metrics == "extensive",
 		Secrets:                     cfg.secrets(),
 		LooseReconfigCheck:          !cfg.StrictReconfigCheck,
 		MemberID:                    memberID,

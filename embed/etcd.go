@@ -44,7 +44,7 @@ func EtcdNotApplicable() (switches, values []string) {
 		"discovery-cert", "discovery-key", "discovery-cacert", "discovery-user", "discovery-password",
 		"feature-gates", "experimental-compact-hash-check-time", "experimental-corrupt-check-time",
 		"experimental-snapshot-catchup-entries", "experimental-compaction-batch-limit",
-		"experimental-max-learners", "metrics", "backend-batch-interval", "backend-batch-limit",
+		"experimental-max-learners", "backend-batch-interval", "backend-batch-limit",
 		"backend-bbolt-freelist-type", "bootstrap-defrag-threshold-megabytes",
 		"distributed-tracing-address", "distributed-tracing-service-name",
 		"distributed-tracing-instance-id", "distributed-tracing-sampling-rate",

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -31,9 +34,8 @@ type metrics struct {
 	registry *prometheus.Registry
 
 	// grpc counts RPCs as etcd does, with go-grpc-middleware's provider:
-	// grpc_server_{started,handled,msg_received,msg_sent}_total and
-	// grpc_server_handling_seconds (which etcd serves with --metrics
-	// extensive; sett always).
+	// grpc_server_{started,handled,msg_received,msg_sent}_total, and
+	// with --metrics extensive grpc_server_handling_seconds.
 	grpc                     *grpcprom.ServerMetrics
 	clientRequests           *prometheus.CounterVec
 	bytesReceived, bytesSent prometheus.Counter
@@ -41,11 +43,9 @@ type metrics struct {
 	commitDuration, batchSize prometheus.Histogram
 	walFsync                  prometheus.Histogram
 	walBytes                  prometheus.Gauge
-	// apply holds etcd_server_apply_duration_seconds by op, then by
-	// success; request etcd_server_request_duration_seconds the same
-	// way. Both are filled for every op in advance, so observing one is
-	// a map read, not a label lookup.
-	apply, request        map[string][2]prometheus.Observer
+	// apply is etcd_server_apply_duration_seconds by op and success,
+	// request etcd_server_request_duration_seconds the same way.
+	apply, request        *seriesByOp
 	rangeDuration         [2]prometheus.Observer
 	slowApplies           prometheus.Counter
 	slowApply             time.Duration
@@ -98,7 +98,11 @@ func newMetrics(s *Server) *metrics {
 	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 	}
-	m.grpc = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	var grpcOpts []grpcprom.ServerMetricsOption
+	if s.cfg.ExtensiveMetrics {
+		grpcOpts = append(grpcOpts, grpcprom.WithServerHandlingTimeHistogram())
+	}
+	m.grpc = grpcprom.NewServerMetrics(grpcOpts...)
 	m.clientRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "etcd_server_client_requests_total", Help: "Client requests, by type (unary or stream) and the client's API version."}, []string{"type", "client_api_version"})
 	m.bytesReceived = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_received_bytes_total", Help: "Bytes of gRPC payload read from clients."})
 	m.bytesSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_network_client_grpc_sent_bytes_total", Help: "Bytes of gRPC payload written to clients."})
@@ -108,13 +112,8 @@ func newMetrics(s *Server) *metrics {
 	m.walBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcd_disk_wal_write_bytes_total", Help: "Bytes of keys and values written to the engine's write-ahead log (its framing not counted)."})
 	applyVec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "etcd_server_apply_duration_seconds", Help: "Seconds each write request took to apply, before its commit, by op and success.", Buckets: applyBuckets}, []string{"version", "op", "success"})
 	requestVec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "etcd_server_request_duration_seconds", Help: "Seconds each request took through the store, queueing and commit included, by type and success.", Buckets: diskBuckets}, []string{"type", "success"})
-	m.apply, m.request = map[string][2]prometheus.Observer{}, map[string][2]prometheus.Observer{}
-	for _, op := range applyOps {
-		m.apply[op] = [2]prometheus.Observer{applyVec.WithLabelValues("v3", op, "false"), applyVec.WithLabelValues("v3", op, "true")}
-	}
-	for _, op := range append([]string{"Range", "ReadonlyTxn"}, applyOps...) {
-		m.request[op] = [2]prometheus.Observer{requestVec.WithLabelValues(op, "false"), requestVec.WithLabelValues(op, "true")}
-	}
+	m.apply = newSeriesByOp(applyVec, []string{"v3"}, applyOps)
+	m.request = newSeriesByOp(requestVec, nil, append([]string{"Range", "ReadonlyTxn"}, applyOps...))
 	rangeVec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "etcd_server_range_duration_seconds", Help: "Seconds each Range took on its snapshot, by success.", Buckets: applyBuckets}, []string{"success"})
 	m.rangeDuration = [2]prometheus.Observer{rangeVec.WithLabelValues("false"), rangeVec.WithLabelValues("true")}
 	m.slowApplies = prometheus.NewCounter(prometheus.CounterOpts{Name: "etcd_server_slow_apply_total", Help: "Write requests applied, and read-only ranges and txns served, more slowly than --warning-apply-duration."})
@@ -273,9 +272,7 @@ func (m *metrics) Committed(requests int, d time.Duration) {
 
 // Applied implements mvcc.Observer.
 func (m *metrics) Applied(op string, ok bool, took time.Duration) {
-	if h, found := m.apply[op]; found {
-		h[index(ok)].Observe(took.Seconds())
-	}
+	m.apply.observe(op, ok, took.Seconds())
 	if took > m.slowApply {
 		m.slowApplies.Inc()
 	}
@@ -283,9 +280,44 @@ func (m *metrics) Applied(op string, ok bool, took time.Duration) {
 
 // Served implements mvcc.Observer.
 func (m *metrics) Served(op string, ok bool, took time.Duration) {
-	if h, found := m.request[op]; found {
-		h[index(ok)].Observe(took.Seconds())
+	m.request.observe(op, ok, took.Seconds())
+}
+
+// seriesByOp is a histogram's series by op and then success. Each is
+// made on its first observation, as etcd's are, so that /metrics lists
+// only what this server has seen: every op's series made in advance were
+// a fifth of it, and so of the cost of every scrape. Looking one up
+// is a map read and, after the first, an atomic load.
+type seriesByOp struct {
+	vec    *prometheus.HistogramVec
+	labels []string                  // the labels before op and success
+	ops    map[string]*[2]lazySeries // fixed when made: read without a lock
+}
+
+type lazySeries struct {
+	once sync.Once
+	o    prometheus.Observer
+}
+
+func newSeriesByOp(vec *prometheus.HistogramVec, labels []string, ops []string) *seriesByOp {
+	s := &seriesByOp{vec: vec, labels: labels, ops: make(map[string]*[2]lazySeries, len(ops))}
+	for _, op := range ops {
+		s.ops[op] = new([2]lazySeries)
 	}
+	return s
+}
+
+// observe adds v to op's series of ok, an op it was not made with to none.
+func (s *seriesByOp) observe(op string, ok bool, v float64) {
+	pair, found := s.ops[op]
+	if !found {
+		return
+	}
+	l := &pair[index(ok)]
+	l.once.Do(func() {
+		l.o = s.vec.WithLabelValues(append(slices.Clone(s.labels), op, strconv.FormatBool(ok))...)
+	})
+	l.o.Observe(v)
 }
 
 // Read implements mvcc.Observer.

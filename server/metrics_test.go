@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,4 +99,48 @@ func gatherValues(families map[string]*dto.MetricFamily) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestMetricsLevel: as etcd's --metrics, the gRPC handling-time
+// histograms are served only when asked for (extensive); the request
+// counters always; and, as in etcd, a request's duration series only
+// once a request of its kind was served.
+func TestMetricsLevel(t *testing.T) {
+	has := func(m map[string]float64, prefix string) bool {
+		for name := range m {
+			if strings.HasPrefix(name, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	etcdCli := startEtcd(t)
+	if _, err := etcdCli.Get(ctxT(t), "a"); err != nil {
+		t.Fatal(err)
+	}
+	etcd := gather(t, prometheus.DefaultGatherer)
+	for _, extensive := range []bool{false, true} {
+		in, cli := startSett(t, "", server.Config{ExtensiveMetrics: extensive})
+		if _, err := cli.Get(ctxT(t), "a"); err != nil {
+			t.Fatal(err)
+		}
+		m := scrape(t, in.addr)
+		if !has(m, "grpc_server_handled_total") {
+			t.Errorf("extensive %v: no grpc_server_handled_total", extensive)
+		}
+		if got := has(m, "grpc_server_handling_seconds"); got != extensive {
+			t.Errorf("extensive %v: grpc_server_handling_seconds served: %v", extensive, got)
+		}
+		for name := range m {
+			if strings.HasPrefix(name, "etcd_server_apply_duration_seconds") && strings.Contains(name, `op="LeaseRevoke"`) {
+				t.Errorf("extensive %v: %s served before any lease was revoked", extensive, name)
+			}
+		}
+		if !has(m, `etcd_server_request_duration_seconds_count{success="true",type="Range"}`) {
+			t.Errorf("extensive %v: no duration of the Range served", extensive)
+		}
+		if !extensive && has(etcd, "grpc_server_handling_seconds") != has(m, "grpc_server_handling_seconds") {
+			t.Errorf("basic: etcd serves grpc_server_handling_seconds: %v, sett: %v", has(etcd, "grpc_server_handling_seconds"), has(m, "grpc_server_handling_seconds"))
+		}
+	}
 }

@@ -77,6 +77,9 @@ type Config struct {
 	DataDir string
 	// EnablePprof serves /debug/pprof on the HTTP endpoints.
 	EnablePprof bool
+	// ExtensiveMetrics adds each gRPC method's handling-time histogram
+	// to /metrics (etcd's --metrics extensive).
+	ExtensiveMetrics bool
 	// Secrets are values the server never shows: the command line that
 	// /debug/vars serves, as etcd's does, has each argument that is one
 	// (or ends in =one) hidden.

@@ -72,7 +72,9 @@ func TestMonitoring(t *testing.T) {
 	// With the continuous backup on, so its panels and alert have data.
 	s3 := harness.StartS3(t, "snaps")
 	addr := harness.FreeAddr(t)
-	sett := spawn(t, backupArgs(s3, s3.Endpoint, t.TempDir(), addr)...)
+	// etcdGRPCRequestsSlow reads the handling-time histograms, which
+	// sett serves, as etcd does, with --metrics extensive.
+	sett := spawn(t, backupArgs(s3, s3.Endpoint, t.TempDir(), addr, "--metrics=extensive")...)
 	sett.addr = addr
 	sett.awaitReady(harness.NewClient(t, addr))
 	defer sett.stop()
