@@ -10,9 +10,9 @@ import (
 // the first page of every list, and nothing else a client counts is as
 // common. So a store alone on its engine keeps the number of live keys
 // under every directory, from the walk over the index it makes at start
-// (see reload) and then through every commit (liveCounts.apply), and the
-// first count of a directory after a restart is a lookup as much as the
-// hundredth.
+// (see reload) and then through every commit (liveCounts.apply), so
+// that the first count of a directory after a restart is a lookup, as
+// every later one is.
 //
 // The set is complete or absent: a directory it does not hold has no
 // live key, which is what lets a lookup answer 0. A store with more than
