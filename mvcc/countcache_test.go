@@ -97,19 +97,7 @@ func TestLiveCounts(t *testing.T) {
 // change to the set of ranges.
 func TestCountsAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	open := func(dir string) (*Store, func()) {
-		db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := Open(db, Options{Logger: log})
-		if err != nil {
-			db.Close()
-			t.Fatal(err)
-		}
-		return s, func() { s.Close(); db.Close() }
-	}
+	open := func(dir string) (*Store, func()) { return openStoreIn(t, dir) }
 	ctx := context.Background()
 	put := func(s *Store, k string) {
 		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte("v")}); err != nil {
@@ -224,4 +212,21 @@ func copyDir(t *testing.T, src, dst string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openStoreIn opens a store on a Badger in dir, and returns it with what
+// closes both.
+func openStoreIn(t *testing.T, dir string) (*Store, func()) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(db, Options{Logger: log})
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	return s, func() { s.Close(); db.Close() }
 }

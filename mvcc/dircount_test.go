@@ -3,16 +3,12 @@ package mvcc
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand"
 	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-
-	"github.com/settdb/sett/engine/badger"
 )
 
 // TestDirCounts: after random creates, overwrites, deletes and range
@@ -22,19 +18,7 @@ import (
 // any directory, however deep, answers what the walk does.
 func TestDirCounts(t *testing.T) {
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	open := func() (*Store, func()) {
-		db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := Open(db, Options{Logger: log})
-		if err != nil {
-			db.Close()
-			t.Fatal(err)
-		}
-		return s, func() { s.Close(); db.Close() }
-	}
+	open := func() (*Store, func()) { return openStoreIn(t, dir) }
 	ctx := context.Background()
 	r := rand.New(rand.NewSource(1))
 	segments := []string{"a", "b", "", "\x00", "ns-1", "x\x00y"}
