@@ -194,6 +194,7 @@ var flagFields = map[string]struct {
 	"warning-apply-duration":         {"WarningApplyDuration", "7s", nil},
 	"strict-reconfig-check":          {"StrictReconfigCheck", "", nil},
 	"enable-pprof":                   {"EnablePprof", "", nil},
+	"metrics":                        {"Metrics", "extensive", nil},
 	"logger":                         {field: "refused"},
 	"log-outputs":                    {"LogOutputs", "stdout", nil},
 	"log-level":                      {"LogLevel", "debug", nil},
