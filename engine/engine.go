@@ -76,7 +76,8 @@ type SyncObserver interface {
 // Reader is what a snapshot and a write transaction can both do.
 type Reader interface {
 	// Get returns the value of key, or ErrNotFound. The returned slice is
-	// only valid until the reader is closed.
+	// valid until the reader is closed, and a transaction's later writes
+	// do not change it.
 	Get(key []byte) ([]byte, error)
 	// Iterate returns an iterator over keys in [start, end), ascending, or
 	// descending when reverse is set, positioned on the first of them. An

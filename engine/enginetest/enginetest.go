@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) engine.Engine, o Options) {
 		{"Seek", s.testSeek},
 		{"Snapshot", s.testSnapshot},
 		{"Txn", s.testTxn},
+		{"GetKept", s.testGetKept},
 		{"PutIf", s.testPutIf},
 		{"Conflict", s.testConflict},
 		{"TxnTooBig", s.testTxnTooBig},

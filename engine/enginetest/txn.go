@@ -53,6 +53,44 @@ func (s suite) testTxn(t *testing.T) {
 	}
 }
 
+// testGetKept: a value Get returned in a transaction stays as it was
+// when the transaction later writes the key again, with a value of the
+// same length or another: the caller holds it past that write (mvcc
+// answers a request with what it read, after later requests in its
+// batch may have written the key).
+func (s suite) testGetKept(t *testing.T) {
+	e := s.open(t)
+	Put(t, e, "committed", []byte("before"))
+	tx := begin(t, e)
+	defer tx.Discard()
+	if err := tx.Put([]byte("pending"), []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"committed", "pending"} {
+		got, err := tx.Get([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		was := string(got)
+		// The first is as long as the value read, which an engine might
+		// overwrite in place.
+		for _, v := range []string{"XXXXXX", "YYYYY", "Z", "a longer value than any before"} {
+			if err := tx.Put([]byte(key), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != was {
+				t.Fatalf("%s read as %q became %q when the transaction wrote %q", key, was, got, v)
+			}
+		}
+		if err := tx.Delete([]byte(key)); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != was {
+			t.Fatalf("%s read as %q became %q when the transaction deleted it", key, was, got)
+		}
+	}
+}
+
 // testPutIf: PutIf fails the commit with ErrConflict, writing nothing of
 // the transaction, when the key holds another value, when it must not
 // exist and does, and when it must exist and does not.
