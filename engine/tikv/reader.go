@@ -3,6 +3,7 @@
 package tikv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -37,9 +38,13 @@ func (s snapshotSource) iterReverse(hi, lo []byte) (tikv.Iterator, error) {
 
 type txnSource struct{ t *transaction.KVTxn }
 
+// get copies what it returns: a value the transaction wrote itself lives
+// in its memory buffer, which overwrites it in place when the key is
+// written again with a value of the same length, and the caller keeps
+// what it read past that (engine.Reader.Get).
 func (s txnSource) get(key []byte) ([]byte, error) {
 	e, err := s.t.Get(context.Background(), key)
-	return e.Value, err
+	return bytes.Clone(e.Value), err
 }
 
 func (s txnSource) iter(lo, hi []byte) (tikv.Iterator, error) { return s.t.Iter(lo, hi) }
