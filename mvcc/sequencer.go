@@ -184,7 +184,7 @@ func (s *Store) commit(batch []*request) int {
 	var hooks []func()
 	for i, req := range batch {
 		tx.dirty = false
-		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos, noCurrent: s.opts.Clustered}
+		w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos}
 		began := time.Now()
 		resp, err := req.apply(w)
 		took := time.Since(began)
@@ -389,7 +389,7 @@ func (s *Store) commitLarge(req *request) {
 		return
 	}
 	var undos []func()
-	w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos, noCurrent: s.opts.Clustered}
+	w := &writer{reader: tx, tx: tx, begin: rev, compact: compact, leases: s.leases, undos: &undos}
 	began := time.Now()
 	resp, err := req.apply(w)
 	took := time.Since(began)

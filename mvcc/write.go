@@ -1,7 +1,6 @@
 package mvcc
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 
@@ -31,9 +30,6 @@ type writer struct {
 	// ops counts the request's operations (see Stats), compares those
 	// of a writing txn's compares.
 	ops, compares ops
-	// noCurrent reads values from the versions alone, never from the
-	// current run (see view.noCurrent).
-	noCurrent bool
 }
 
 // rev is the current revision as the request sees it: its own revision
@@ -48,7 +44,7 @@ func (w *writer) rev() int64 {
 func (w *writer) view() *view {
 	// The transaction holds exactly the state at w.rev(): the requests
 	// before this one in its batch, and this one's own writes.
-	return &view{r: w.reader, rev: w.rev(), compact: w.compact, ops: &w.ops, head: w.rev(), noCurrent: w.noCurrent}
+	return &view{r: w.reader, rev: w.rev(), compact: w.compact, ops: &w.ops, head: w.rev()}
 }
 
 // latest returns the index entry of raw, its encoding (nil if absent).
@@ -79,8 +75,13 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 	} else {
 		oldLease = m.lease
 		next.create, next.version = m.create, m.version+1
-		if prev, err = w.view().get(raw, m.mod, true); err != nil || prev == nil {
-			return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, cmp.Or(err, errBadRecord))
+		prev = m.keyValue(raw)
+		b, err := w.tx.Get(currentKey(raw))
+		if err != nil {
+			return nil, fmt.Errorf("current version of %q: %w", raw, err)
+		}
+		if _, prev.Value, err = decodeCurrent(b); err != nil {
+			return nil, fmt.Errorf("current version of %q: %w", raw, err)
 		}
 	}
 	// The change-log entry goes first: a large request commits its writes
