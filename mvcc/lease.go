@@ -143,47 +143,19 @@ func (t *leaseTable) replace(o *leaseTable) {
 	t.leases = o.leases
 }
 
-// load rebuilds the table from the lease records and the index keys, and
-// counts the keys that exist.
-func (t *leaseTable) load(r engine.Reader, visit func(ik []byte)) (int64, error) {
+// load reads the lease records of r. The keys each lease holds are
+// attached as the index is walked (see walkIndex).
+func (t *leaseTable) load(r engine.Reader) error {
 	it := r.Iterate([]byte{prefixLease}, []byte{prefixLease + 1}, false)
+	defer it.Close()
 	for ; it.Valid(); it.Next() {
 		b, err := it.Value()
 		if err != nil || len(it.Key()) != 9 || len(b) != 8 {
-			it.Close()
-			return 0, fmt.Errorf("lease record %x: %w", it.Key(), errors.Join(err, errBadRecord))
+			return fmt.Errorf("lease record %x: %w", it.Key(), errors.Join(err, errBadRecord))
 		}
 		t.set(int64(binary.BigEndian.Uint64(it.Key()[1:])), int64(binary.BigEndian.Uint64(b)), true)
 	}
-	it.Close()
-	it = r.Iterate([]byte{prefixIndex}, []byte{prefixIndex + 1}, false)
-	defer it.Close()
-	var keys int64
-	for ; it.Valid(); it.Next() {
-		b, err := it.Value()
-		if err != nil {
-			return 0, err
-		}
-		m, err := decodeMeta(b)
-		if err != nil {
-			return 0, err
-		}
-		if m.deleted {
-			continue
-		}
-		keys++
-		if visit != nil {
-			visit(it.Key())
-		}
-		if m.lease != 0 {
-			raw, err := splitIndexKey(it.Key())
-			if err != nil {
-				return 0, err
-			}
-			t.attach(m.lease, string(raw))
-		}
-	}
-	return keys, nil
+	return nil
 }
 
 // keysOf returns the keys attached to a lease, sorted.

@@ -253,40 +253,47 @@ func (s *Store) reload() (int64, error) {
 	// it kept live counts of and every directory (see liveCounts and
 	// dirCounts). A clustered one does not: other members write without
 	// keeping them.
-	var counter *rangeCounter
-	var dirs *dirCounter
-	var visit func([]byte)
+	newTally := func() *indexTally { return &indexTally{} }
+	var ranges []countRange
 	if !s.opts.Clustered {
-		ranges, err := countRanges(snap)
-		if err != nil {
+		if ranges, err = countRanges(snap); err != nil {
 			return 0, err
 		}
-		dirs = newDirCounter()
-		visit = dirs.add
-		if len(ranges) > 0 {
-			counter = newRangeCounter(ranges)
-			visit = func(ik []byte) {
-				dirs.add(ik)
-				counter.add(ik)
+		newTally = func() *indexTally {
+			t := &indexTally{dirs: newDirCounter()}
+			if len(ranges) > 0 {
+				t.ranges = newRangeCounter(ranges)
 			}
+			return t
 		}
 	}
 	leases := newLeaseTable()
-	keys, err := leases.load(snap, visit)
-	if err != nil {
+	if err := leases.load(snap); err != nil {
 		return 0, fmt.Errorf("load leases: %w", err)
+	}
+	tallies, err := tallyIndex(s.eng, snap, leases, newTally)
+	if err != nil {
+		return 0, fmt.Errorf("walk the index: %w", err)
+	}
+	var keys int64
+	for _, t := range tallies {
+		keys += t.keys
 	}
 	s.leases.replace(leases)
 	s.keys.Store(keys)
 	s.live.reset(st.rev)
-	if counter != nil {
-		for i, r := range counter.ranges {
-			s.live.put(r.start, r.end, st.rev, counter.n[i])
+	if len(ranges) > 0 {
+		for i, r := range ranges {
+			var n int64
+			for _, t := range tallies {
+				n += t.ranges.n[i]
+			}
+			s.live.put(r.start, r.end, st.rev, n)
 		}
 		s.live.markAllSaved()
 	}
-	if dirs != nil {
-		s.live.keepDirs(dirs.result(), st.rev)
+	if !s.opts.Clustered {
+		s.live.keepDirs(mergeDirs(tallies), st.rev)
 	}
 	s.rev.Store(st.rev)
 	s.applied.Store(st.applied)
