@@ -171,7 +171,7 @@ func runsAsEtcd(argv0 string) bool {
 	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == "etcd"
 }
 
-// releaseStartPages pages out, once the server has served a while, what
+// releaseStartPages releases, once the server has served a while, what
 // starting it left of the executable in memory (see
 // cmdline.ReleaseExecutablePages). Ten seconds covers a kube-apiserver's
 // first lists; what serving runs comes back on first use.
