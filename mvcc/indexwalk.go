@@ -34,39 +34,29 @@ type indexTally struct {
 	ranges *rangeCounter // nil: no ranges are counted
 }
 
-// walkIndex walks the index entries in [start, end) of r, attaching each
-// leased key to its lease and tallying each live key.
-func walkIndex(r engine.Reader, start, end []byte, leases *leaseTable, tally *indexTally) error {
-	it := r.Iterate(start, end, false)
-	defer it.Close()
-	for ; it.Valid(); it.Next() {
-		b, err := it.Value()
-		if err != nil {
-			return err
-		}
-		m, err := decodeMeta(b)
-		if err != nil {
-			return err
-		}
+// tallyPart walks the index entries in [start, end) of r, attaching
+// each leased key to its lease and tallying each live key.
+func tallyPart(r engine.Reader, start, end []byte, leases *leaseTable, tally *indexTally) error {
+	return eachIndex(r, start, end, func(ik []byte, m meta) (bool, error) {
 		if m.deleted {
-			continue
+			return true, nil
 		}
 		tally.keys++
 		if tally.dirs != nil {
-			tally.dirs.add(it.Key())
+			tally.dirs.add(ik)
 		}
 		if tally.ranges != nil {
-			tally.ranges.add(it.Key())
+			tally.ranges.add(ik)
 		}
 		if m.lease != 0 {
-			raw, err := splitIndexKey(it.Key())
+			raw, err := splitIndexKey(ik)
 			if err != nil {
-				return err
+				return false, err
 			}
 			leases.attach(m.lease, string(raw))
 		}
-	}
-	return nil
+		return true, nil
+	})
 }
 
 // tallyIndex walks the whole index of snap and returns the tallies of
@@ -100,7 +90,7 @@ func tallyIndex(eng engine.Engine, snap engine.Reader, leases *leaseTable, newTa
 		go func() {
 			defer wg.Done()
 			for i := range parts {
-				errs[i] = walkIndex(snap, bounds[i], bounds[i+1], leases, tallies[i])
+				errs[i] = tallyPart(snap, bounds[i], bounds[i+1], leases, tallies[i])
 			}
 		}()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/settdb/sett/engine"
-	"github.com/settdb/sett/engine/badger"
 )
 
 // TestWalkInParts: a store whose index lies in many tables walks it in
@@ -22,17 +20,8 @@ import (
 // keys are live, the keys of every lease, and the count of every
 // directory and of every range it kept live counts of.
 func TestWalkInParts(t *testing.T) {
-	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s, err := Open(db, Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := slog.New(slog.DiscardHandler)
+	db, s := openOnBadger(t)
 	ctx := context.Background()
 	for id := int64(1); id <= 3; id++ {
 		if _, err := s.GrantLease(ctx, id, 60); err != nil {

@@ -144,7 +144,7 @@ func (t *leaseTable) replace(o *leaseTable) {
 }
 
 // load reads the lease records of r. The keys each lease holds are
-// attached as the index is walked (see walkIndex).
+// attached as the index is walked (see tallyIndex).
 func (t *leaseTable) load(r engine.Reader) error {
 	it := r.Iterate([]byte{prefixLease}, []byte{prefixLease + 1}, false)
 	defer it.Close()

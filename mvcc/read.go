@@ -284,7 +284,13 @@ func (v *view) countLive(key, end []byte) (int64, error) {
 // is valid only during the call.
 func (v *view) walkIndex(key, end []byte, fn func(ik []byte, m meta) (bool, error)) error {
 	lo, hi := keyRange(prefixIndex, key, end)
-	it := v.r.Iterate(lo, hi, false)
+	return eachIndex(v.r, lo, hi, fn)
+}
+
+// eachIndex calls fn with every index entry of r in [lo, hi), index keys,
+// as view.walkIndex does.
+func eachIndex(r engine.Reader, lo, hi []byte, fn func(ik []byte, m meta) (bool, error)) error {
+	it := r.Iterate(lo, hi, false)
 	defer it.Close()
 	for ; it.Valid(); it.Next() {
 		b, err := it.Value()
