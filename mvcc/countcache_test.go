@@ -97,7 +97,10 @@ func TestLiveCounts(t *testing.T) {
 // change to the set of ranges.
 func TestCountsAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	open := func(dir string) (*Store, func()) { return openStoreIn(t, dir) }
+	open := func(dir string) (*Store, func()) {
+		_, s, closeAll := openStoreIn(t, dir)
+		return s, closeAll
+	}
 	ctx := context.Background()
 	put := func(s *Store, k string) {
 		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte("v")}); err != nil {
@@ -214,9 +217,9 @@ func copyDir(t *testing.T, src, dst string) {
 	}
 }
 
-// openStoreIn opens a store on a Badger in dir, and returns it with what
-// closes both.
-func openStoreIn(t *testing.T, dir string) (*Store, func()) {
+// openStoreIn opens a store on a Badger in dir, and returns both with
+// what closes both.
+func openStoreIn(t *testing.T, dir string) (*badger.DB, *Store, func()) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
@@ -228,5 +231,5 @@ func openStoreIn(t *testing.T, dir string) (*Store, func()) {
 		db.Close()
 		t.Fatal(err)
 	}
-	return s, func() { s.Close(); db.Close() }
+	return db, s, func() { s.Close(); db.Close() }
 }

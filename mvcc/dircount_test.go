@@ -18,7 +18,10 @@ import (
 // any directory, however deep, answers what the walk does.
 func TestDirCounts(t *testing.T) {
 	dir := t.TempDir()
-	open := func() (*Store, func()) { return openStoreIn(t, dir) }
+	open := func() (*Store, func()) {
+		_, s, closeAll := openStoreIn(t, dir)
+		return s, closeAll
+	}
 	ctx := context.Background()
 	r := rand.New(rand.NewSource(1))
 	segments := []string{"a", "b", "", "\x00", "ns-1", "x\x00y"}

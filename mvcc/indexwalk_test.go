@@ -21,7 +21,8 @@ import (
 // directory and of every range it kept live counts of.
 func TestWalkInParts(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	db, s := openOnBadger(t)
+	db, s, _ := openStoreIn(t, t.TempDir())
+	defer db.Close()
 	ctx := context.Background()
 	for id := int64(1); id <= 3; id++ {
 		if _, err := s.GrantLease(ctx, id, 60); err != nil {

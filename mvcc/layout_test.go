@@ -221,7 +221,8 @@ func sameCurrent(t *testing.T, eng engine.Engine) {
 func TestFollowerBeforeUpgrade(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	db, s := openOnBadger(t)
+	db, s, _ := openStoreIn(t, t.TempDir())
+	defer db.Close()
 	for i := range 50 {
 		k := fmt.Sprintf("k/%02d", i%20)
 		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(fmt.Sprint(i))}); err != nil {
@@ -255,23 +256,6 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 	if f.hasCurrent.Load() {
 		t.Fatal("a follower of layout 2 reads the current run")
 	}
-}
-
-// openOnBadger opens a store on Badger in a fresh directory. The engine
-// closes when the test ends; the store is the caller's to close.
-func openOnBadger(t *testing.T) (*badger.DB, *Store) {
-	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := Open(db, Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db, s
 }
 
 // rangeEach answers each of reads on s.
