@@ -60,7 +60,98 @@ func report(w io.Writer, plan []*run, errs map[*run]error) int {
 			code = 1
 		}
 	}
+	printRatios(w, plan, errs)
 	return code
+}
+
+// ratioTargets are the figures printed as sett's over etcd's, in the
+// last quarter of each configuration both ran, with issue 39's target
+// for each.
+var ratioTargets = []struct {
+	name   string
+	get    func(last []sample) float64
+	target float64
+}{
+	{"RSS", func(ss []sample) float64 { return mean(ss, func(s sample) float64 { return s.rss }) }, 0.7},
+	{"CPU", func(ss []sample) float64 { return mean(ss, func(s sample) float64 { return s.cpu }) }, 0.8},
+	{"list p99", p99Of("list"), 1},
+	{"event p99", p99Of("event"), 1},
+	{"create p99", p99Of("create"), 1},
+	{"update p99", p99Of("update"), 1},
+	{"renew p99", p99Of("renew"), 1},
+}
+
+func p99Of(kind string) func([]sample) float64 {
+	return func(ss []sample) float64 { return float64(quantile(pooled(ss, kind), 0.99)) }
+}
+
+// maxFilesGrowth is how many more files sett may hold open in the last
+// quarter than in the first.
+const maxFilesGrowth = 8
+
+// printRatios prints, per configuration that both sett and etcd ran,
+// sett's last-quarter figures over etcd's beside their targets, and how
+// many files sett held open in the first quarter and the last. It
+// judges nothing: a ratio of one run moves from run to run (see
+// docs/BENCHMARKS.md), and the checks above are what a run must pass.
+func printRatios(w io.Writer, plan []*run, errs map[*run]error) {
+	type pair struct{ sett, etcd *run }
+	var confs []string
+	pairs := map[string]*pair{}
+	for _, r := range plan {
+		if errs[r] != nil {
+			continue
+		}
+		if _, last := r.quarters(); len(last) == 0 {
+			continue
+		}
+		p := pairs[r.conf]
+		if p == nil {
+			p = &pair{}
+			pairs[r.conf] = p
+			confs = append(confs, r.conf)
+		}
+		switch r.kind {
+		case "sett":
+			p.sett = r
+		case "etcd":
+			p.etcd = r
+		}
+	}
+	confs = slices.DeleteFunc(confs, func(c string) bool { return pairs[c].sett == nil || pairs[c].etcd == nil })
+	if len(confs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "sett ÷ etcd, last quarter:\n  | |")
+	for _, c := range confs {
+		fmt.Fprintf(w, " %s |", c)
+	}
+	fmt.Fprintf(w, " target |\n  |---|%s---:|\n", strings.Repeat("---:|", len(confs)))
+	for _, f := range ratioTargets {
+		fmt.Fprintf(w, "  | %s |", f.name)
+		for _, c := range confs {
+			_, s := pairs[c].sett.quarters()
+			_, e := pairs[c].etcd.quarters()
+			fmt.Fprintf(w, " %s |", ratio(f.get(s), f.get(e)))
+		}
+		fmt.Fprintf(w, " ≤ %.1fx |\n", f.target)
+	}
+	fmt.Fprintf(w, "  | sett's open files, first → last quarter |")
+	for _, c := range confs {
+		first, last := pairs[c].sett.quarters()
+		files := func(s sample) float64 { return s.files }
+		fmt.Fprintf(w, " %.0f → %.0f |", mean(first, files), mean(last, files))
+	}
+	fmt.Fprintf(w, " ≤ +%d |\n\n", maxFilesGrowth)
+}
+
+// ratio is a over b to two places, or "–" where b is nothing to divide
+// by (a kind etcd was never asked for).
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
 }
 
 // printQuarters prints the steady run's first and last quarter of every
