@@ -279,7 +279,8 @@ func Open(o Options) (*DB, error) {
 }
 
 // trim keeps the resident pages of the data files' mappings under limit,
-// looking every so often (a server: once a second) and paging out the
+// looking every so often (a server: once a second, spaced out while the
+// looks find nothing to do; see pacer) and paging out the
 // files left untouched for longer than their window, a look at first
 // and longer for files read back soon after (see trimmer); the working
 // set only past twice the limit, and only as much as that takes. Paging out
@@ -306,14 +307,17 @@ func (d *DB) trim(limit int64, all bool, every time.Duration) {
 	t.all = all
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var p pacer
 	for {
 		select {
 		case <-d.stopTrim:
 			return
 		case <-tick.C:
 		}
-		if n, ok := mappedResident(); ok && n > limit {
-			t.trim()
+		if n, ok := mappedResident(); ok && n > limit && p.due(n) {
+			busy := t.trim()
+			after, _ := mappedResident()
+			p.looked(after, busy)
 		}
 	}
 }

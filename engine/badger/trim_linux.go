@@ -71,7 +71,8 @@ func mappedResident() (int64, bool) {
 // while, and keeps the rest resident up to a ceiling. It keeps, per
 // file, the look that last saw it touched and how many looks it may go
 // untouched before it is paged out. That window starts at one look
-// (one second for a server) and doubles each time the file is touched
+// (for a server, one second, or a few while the looks are spaced out;
+// see pacer) and doubles each time the file is touched
 // again soon after being paged out, up to maxIdleLooks: a table that a
 // list reads every five seconds is paged out and read back from disk a
 // few times, then stays. With a window of one look for every file, as
@@ -95,8 +96,9 @@ type fileUse struct {
 	out     int // the look that paged it out for being idle; 0: none since
 }
 
-// maxIdleLooks bounds a file's window to about a minute for a server: a
-// file read less often than that is paged out between its reads.
+// maxIdleLooks bounds a file's window to about a minute for a busy
+// server (looks spaced out stretch it): a file read less often than
+// that is paged out between its reads.
 const maxIdleLooks = 64
 
 func newTrimmer(dir string, ceiling int64) *trimmer {
@@ -116,12 +118,13 @@ func newTrimmer(dir string, ceiling int64) *trimmer {
 // counted sett's own executable too (25 MiB of it resident). Where the
 // kernel keeps no accessed bits for us (no smaps or clear_refs), it
 // pages out every mapping of a file in dir. Under a memory limit the
-// ceiling counts every mapped file (see Options.MappedLimitAll).
-func (t *trimmer) trim() {
+// ceiling counts every mapped file (see Options.MappedLimitAll). It
+// reports whether it paged anything out or met a file new to it.
+func (t *trimmer) trim() (busy bool) {
 	maps, ok := dataMappings(t.dir)
 	if !ok {
 		pageOutEverywhere(mappedRanges(t.dir))
-		return
+		return true
 	}
 	t.looks++
 	var out [][2]uint64
@@ -134,6 +137,7 @@ func (t *trimmer) trim() {
 			// A new file is in use: Badger just wrote it or opened it.
 			f = &fileUse{touched: t.looks, window: 1}
 			t.files[m.path] = f
+			busy = true
 		}
 		f.seen = t.looks
 		if m.referenced > 0 {
@@ -186,7 +190,9 @@ func (t *trimmer) trim() {
 	if clearAccessed() != nil {
 		// Without clearing, every file would look touched from now on.
 		pageOutEverywhere(mappedRanges(t.dir))
+		return true
 	}
+	return len(out) > 0 || busy
 }
 
 func pageOutEverywhere(ranges [][2]uint64) {

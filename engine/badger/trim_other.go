@@ -9,4 +9,4 @@ type trimmer struct{ all bool }
 
 func newTrimmer(string, int64) *trimmer { return &trimmer{} }
 
-func (*trimmer) trim() {}
+func (*trimmer) trim() bool { return false }
