@@ -81,6 +81,15 @@ func mappedResident() (int64, bool) {
 // had cut the pods' range into base-level tables that only lists read.
 // A file touched once and left, as a store at rest is, still goes at
 // the next look.
+//
+// A file the trimmer has not seen before goes at its first look: Badger
+// writes a table whole through its mapping, so a table just flushed or
+// merged is resident in full, and what its readers touch is a part of
+// it (a list reads the current run, a write the index entries). Kept
+// whole while anything read it, as the trimmer once did, every level-0
+// table stayed resident in full until the next merge into the base
+// level: the hour's soak climbed 50-60 MiB above etcd every 15 minutes
+// that way.
 type trimmer struct {
 	dir     string
 	ceiling int64
@@ -106,7 +115,8 @@ func newTrimmer(dir string, ceiling int64) *trimmer {
 }
 
 // trim pages out every shared mapping of a file in the trimmer's dir
-// that went untouched for longer than its window, from each CPU in
+// that it has not seen before or that went untouched for longer than
+// its window, from each CPU in
 // turn, then clears the accessed bits so that the next look sees what is
 // touched in between. If the files kept still hold more than the
 // ceiling resident, it pages out the least recently touched of them too
@@ -134,10 +144,18 @@ func (t *trimmer) trim() (busy bool) {
 		total += m.rss
 		f := t.files[m.path]
 		if f == nil {
-			// A new file is in use: Badger just wrote it or opened it.
-			f = &fileUse{touched: t.looks, window: 1}
+			// Badger just wrote the file through its mapping, or opened
+			// it: its resident pages are the writer's, whoever reads it
+			// next. They go at once, as if it had been idle, and what
+			// its readers touch comes back.
+			f = &fileUse{seen: t.looks, touched: t.looks, window: 1}
 			t.files[m.path] = f
 			busy = true
+			if m.rss > 0 {
+				out = append(out, m.r)
+				f.out = t.looks
+			}
+			continue
 		}
 		f.seen = t.looks
 		if m.referenced > 0 {

@@ -77,12 +77,13 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 			sum += int(m[i])
 		}
 	}
-	touch(hot)
-	touch(cold)
 	tr := newTrimmer(dir, 1<<40)
-	if !tr.trim() { // both were touched: it only starts watching
+	if !tr.trim() { // nothing of either is resident yet
 		t.Error("a look that met new files says it was quiet")
 	}
+	touch(hot)
+	touch(cold)
+	tr.trim()
 	if resident(t, hot) == 0 || resident(t, cold) == 0 {
 		t.Fatal("a trim paged out a file touched since the one before")
 	}
@@ -103,6 +104,40 @@ func TestTrimKeepsTouchedFiles(t *testing.T) {
 	}
 	if sum == 0 {
 		t.Fatal("read nothing from the files")
+	}
+}
+
+// TestTrimPagesOutNewFiles: the first look at a file pages out what of
+// it is resident, however recently touched: those pages are its
+// writer's, and its readers fault back in what they read.
+func TestTrimPagesOutNewFiles(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	written := mapClean(t, dir, "written.sst", size)
+	sum := 0
+	for i := 0; i < size; i += 4096 {
+		sum += int(written[i])
+	}
+	if resident(t, written) == 0 {
+		t.Fatal("a file read whole holds nothing resident")
+	}
+	tr := newTrimmer(dir, 1<<40)
+	if !tr.trim() {
+		t.Error("a look that paged out a new file says it was quiet")
+	}
+	if n := resident(t, written); n != 0 {
+		t.Errorf("a new file keeps %d KiB resident after the look that first saw it, want none", n)
+	}
+	sum += int(written[0])
+	tr.trim()
+	if n := resident(t, written); n == 0 || n >= size>>10 {
+		t.Errorf("a file whose first page was read since keeps %d KiB resident, want that page (and the kernel's read-around), not all %d", n, size>>10)
+	}
+	if sum == 0 {
+		t.Fatal("read nothing from the file")
 	}
 }
 
@@ -180,6 +215,7 @@ func TestTrimPastCeilingKeepsWorkingSet(t *testing.T) {
 		t.Skip("no clear_refs")
 	}
 	tr := newTrimmer(dir, 1<<40)
+	tr.trim() // pages out the files it has not seen before
 	for _, m := range files {
 		touch(m, 4096)
 	}
