@@ -9,8 +9,7 @@ package badger
 // by paceGrowth (a table written or read back in, which a look may have
 // to page out) or paceQuietTicks have passed, so a file left idle still
 // goes, a few seconds later. A look that paged something out or met a
-// new file is followed by one at the next tick, as before: a file just
-// written is paged out a look after it goes idle.
+// new file is followed by one at the next tick, as before.
 type pacer struct {
 	after int64 // the resident bytes of mapped files after the last look
 	quiet int   // the ticks skipped since a quiet look

@@ -85,11 +85,10 @@ func mappedResident() (int64, bool) {
 // A file the trimmer has not seen before goes at its first look: Badger
 // writes a table whole through its mapping, so a table just flushed or
 // merged is resident in full, and what its readers touch is a part of
-// it (a list reads the current run, a write the index entries). Kept
-// whole while anything read it, as the trimmer once did, every level-0
-// table stayed resident in full until the next merge into the base
-// level: the hour's soak climbed 50-60 MiB above etcd every 15 minutes
-// that way.
+// it (a list reads the current run, a write the index entries). A
+// file stays whole once anything has read all of it, though: in the
+// hour's soak the level-0 tables still came back nearly whole between
+// merges (docs/BENCHMARKS.md, "An hour's run").
 type trimmer struct {
 	dir     string
 	ceiling int64
