@@ -315,6 +315,7 @@ func (d *DB) trim(limit int64, all bool, every time.Duration) {
 		case <-tick.C:
 		}
 		if n, ok := mappedResident(); ok && n > limit && p.due(n) {
+			t.skipped(p.quiet)
 			busy := t.trim()
 			after, _ := mappedResident()
 			p.looked(after, busy)

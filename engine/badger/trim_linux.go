@@ -71,8 +71,7 @@ func mappedResident() (int64, bool) {
 // while, and keeps the rest resident up to a ceiling. It keeps, per
 // file, the look that last saw it touched and how many looks it may go
 // untouched before it is paged out. That window starts at one look
-// (for a server, one second, or a few while the looks are spaced out;
-// see pacer) and doubles each time the file is touched
+// (one second for a server; see skipped) and doubles each time the file is touched
 // again soon after being paged out, up to maxIdleLooks: a table that a
 // list reads every five seconds is paged out and read back from disk a
 // few times, then stays. With a window of one look for every file, as
@@ -104,10 +103,14 @@ type fileUse struct {
 	out     int // the look that paged it out for being idle; 0: none since
 }
 
-// maxIdleLooks bounds a file's window to about a minute for a busy
-// server (looks spaced out stretch it): a file read less often than
-// that is paged out between its reads.
+// maxIdleLooks bounds a file's window to about a minute for a server: a
+// file read less often than that is paged out between its reads.
 const maxIdleLooks = 64
+
+// skipped counts ticks the pacer let pass without a look as looks, so
+// that a file's window is time, however far apart the looks are: counted
+// in looks alone, spaced-out looks held idle tables resident for minutes.
+func (t *trimmer) skipped(ticks int) { t.looks += ticks }
 
 func newTrimmer(dir string, ceiling int64) *trimmer {
 	return &trimmer{dir: dir, ceiling: ceiling, files: make(map[string]*fileUse)}

@@ -10,3 +10,5 @@ type trimmer struct{ all bool }
 func newTrimmer(string, int64) *trimmer { return &trimmer{} }
 
 func (*trimmer) trim() bool { return false }
+
+func (*trimmer) skipped(int) {}

@@ -313,3 +313,33 @@ func resident(t *testing.T, m []byte) int64 {
 	t.Fatal("mapping not in smaps")
 	return 0
 }
+
+// TestTrimWindowCountsSkippedTicks: ticks the pacer skipped count toward
+// a file's window, so a file idle for longer than its window goes at the
+// next look however few looks there were meanwhile.
+func TestTrimWindowCountsSkippedTicks(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mapClean(t, dir, "idle.sst", 1<<20)
+	tr := newTrimmer(dir, 1<<40)
+	tr.trim() // meets it, nothing resident yet
+	sum := 0
+	for i := 0; i < len(m); i += 4096 {
+		sum += int(m[i])
+	}
+	tr.trim() // touched: kept
+	tr.files[filepath.Join(dir, "idle.sst")].window = 4
+	if resident(t, m) == 0 {
+		t.Fatal("a trim paged out a file touched since the one before")
+	}
+	tr.skipped(4)
+	tr.trim()
+	if n := resident(t, m); n != 0 {
+		t.Errorf("a file idle for 5 ticks, its window 4, keeps %d KiB resident", n)
+	}
+	if sum == 0 {
+		t.Fatal("read nothing from the file")
+	}
+}
