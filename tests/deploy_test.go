@@ -119,18 +119,32 @@ func serveRecipe(t *testing.T, env []string, addr, serverName, ca, cert, key str
 	s.stop()
 }
 
-// mover replaces the recipe's paths and listen addresses with the
-// test's.
-func mover(paths map[string]string, addrs map[string]string) func(string) string {
-	return func(v string) string {
-		for from, to := range paths {
-			v = strings.ReplaceAll(v, from, to)
+// TestMoverReplacesOnce: a free port the test takes can begin with
+// another of the recipe's ports (127.0.0.1:23810 begins with the
+// metrics listener's 127.0.0.1:2381), and the address it replaced must
+// not be replaced again (TestRecipeK3s once listened on
+// 127.0.0.1:278040 so).
+func TestMoverReplacesOnce(t *testing.T) {
+	for range 20 { // the maps' order differs from run to run
+		move := mover(map[string]string{"/run/credentials/ca.crt": "/tmp/pki/ca.crt"},
+			map[string]string{"127.0.0.1:2379": "127.0.0.1:23810", "127.0.0.1:2381": "127.0.0.1:27804"})
+		got := move("https://127.0.0.1:2379 http://127.0.0.1:2381 /run/credentials/ca.crt")
+		if want := "https://127.0.0.1:23810 http://127.0.0.1:27804 /tmp/pki/ca.crt"; got != want {
+			t.Fatalf("moved to %q, want %q", got, want)
 		}
-		for from, to := range addrs {
-			v = strings.ReplaceAll(v, from, to)
-		}
-		return v
 	}
+}
+
+// mover replaces the recipe's paths and listen addresses with the
+// test's, in one pass, so that nothing it put in is replaced again.
+func mover(paths map[string]string, addrs map[string]string) func(string) string {
+	var pairs []string
+	for _, m := range []map[string]string{paths, addrs} {
+		for from, to := range m {
+			pairs = append(pairs, from, to)
+		}
+	}
+	return strings.NewReplacer(pairs...).Replace
 }
 
 // kindCluster is the part of kind's v1alpha4 Cluster the recipe uses;
