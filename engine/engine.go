@@ -79,6 +79,13 @@ type Reader interface {
 	// valid until the reader is closed, and a transaction's later writes
 	// do not change it.
 	Get(key []byte) ([]byte, error)
+	// GetMany returns what Get would return for each of keys, in their
+	// order: nil where a key does not exist (a value that exists is
+	// never nil, though it may be empty), with the same lifetime. It may
+	// cost far less than as many Gets: given in ascending order, keys
+	// that lie close together are read in one walk, and a distributed
+	// engine reads them all in one round trip.
+	GetMany(keys [][]byte) ([][]byte, error)
 	// Iterate returns an iterator over keys in [start, end), ascending, or
 	// descending when reverse is set, positioned on the first of them. An
 	// empty start means from the first key, an empty end no upper bound;

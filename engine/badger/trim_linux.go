@@ -84,7 +84,8 @@ func mappedResident() (int64, bool) {
 // A file the trimmer has not seen before goes at its first look: Badger
 // writes a table whole through its mapping, so a table just flushed or
 // merged is resident in full, and what its readers touch is a part of
-// it (a list reads the current run, a write the index entries). Past
+// it (a list reads the index and the newest versions, a write the index
+// entries). Past
 // that first look a file is judged whole, though: one touched within
 // its window keeps every page it has. In the hour's soak lists read
 // about half of each level-0 table every few seconds and something the

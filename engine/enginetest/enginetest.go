@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) engine.Engine, o Options) {
 		run  func(*testing.T)
 	}{
 		{"Get", s.testGet},
+		{"GetMany", s.testGetMany},
 		{"Iterate", s.testIterate},
 		{"IterateTxn", s.testIterateTxn},
 		{"Seek", s.testSeek},

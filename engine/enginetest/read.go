@@ -239,3 +239,83 @@ func (s suite) testSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// testGetMany: GetMany answers as Get does, key by key and in the order
+// asked, whether the keys come sorted or not, lie next to each other or
+// far apart, and whether they are committed or a transaction's own
+// pending writes and deletes; a missing key is nil, an empty value is
+// not.
+func (s suite) testGetMany(t *testing.T) {
+	e := s.open(t)
+	for i := range 300 {
+		Put(t, e, fmt.Sprintf("k%03d", i), fmt.Appendf(nil, "v%d", i))
+	}
+	Put(t, e, "empty", []byte{})
+	Put(t, e, "zero", []byte{0})
+	// Deleted entries between the keys asked for: an engine that walks
+	// must step over them.
+	for i := 100; i < 200; i++ {
+		if i%3 != 0 {
+			Put(t, e, fmt.Sprintf("k%03d", i), nil)
+		}
+	}
+	want := func(r engine.Reader, keys []string) {
+		t.Helper()
+		bs := make([][]byte, len(keys))
+		for i, k := range keys {
+			bs[i] = []byte(k)
+		}
+		got, err := r.GetMany(bs)
+		if err != nil || len(got) != len(keys) {
+			t.Fatalf("GetMany(%q) = %d values, %v", keys, len(got), err)
+		}
+		for i, k := range keys {
+			v, err := r.Get([]byte(k))
+			switch {
+			case errors.Is(err, engine.ErrNotFound):
+				if got[i] != nil {
+					t.Errorf("GetMany: %q = %q, want nil (missing)", k, got[i])
+				}
+			case err != nil:
+				t.Fatal(err)
+			case got[i] == nil || !bytes.Equal(got[i], v):
+				t.Errorf("GetMany: %q = %q (nil %v), want %q", k, got[i], got[i] == nil, v)
+			}
+		}
+	}
+	var all, sparse, shuffled []string
+	for i := range 300 {
+		all = append(all, fmt.Sprintf("k%03d", i))
+		if i%37 == 0 {
+			sparse = append(sparse, fmt.Sprintf("k%03d", i))
+		}
+	}
+	for i := len(all) - 1; i >= 0; i -= 7 {
+		shuffled = append(shuffled, all[i])
+	}
+	odd := []string{"empty", "zero", "missing", "k000", "k000", "k999", "a"}
+	snap := snapshot(t, e)
+	for _, keys := range [][]string{nil, all, sparse, shuffled, odd} {
+		want(snap, keys)
+	}
+	tx := begin(t, e)
+	defer tx.Discard()
+	for _, op := range []struct{ k, v string }{{"k001", "new"}, {"k002", ""}, {"k150", "back"}, {"k250", "x"}, {"k2501", "y"}} {
+		var err error
+		if op.v == "" {
+			err = tx.Delete([]byte(op.k))
+		} else {
+			err = tx.Put([]byte(op.k), []byte(op.v))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, keys := range [][]string{all, sparse, shuffled, odd, {"k001", "k002", "k150", "k250", "k2501"}} {
+		want(tx, keys)
+	}
+	got, err := tx.GetMany([][]byte{[]byte("k001"), []byte("k002"), []byte("k2501")})
+	if err != nil || string(got[0]) != "new" || got[1] != nil || string(got[2]) != "y" {
+		t.Errorf("a transaction's GetMany of its own writes = %q, %v", got, err)
+	}
+}

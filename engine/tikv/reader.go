@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	tikverr "github.com/tikv/client-go/v2/error"
+	"github.com/tikv/client-go/v2/kv"
 	"github.com/tikv/client-go/v2/tikv"
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
@@ -19,6 +20,8 @@ import (
 // snapshot, or the transaction's own writes over it.
 type source interface {
 	get(key []byte) ([]byte, error)
+	// getMany reads keys in one round trip: the values found, by key.
+	getMany(keys [][]byte) (map[string]kv.ValueEntry, error)
 	iter(lo, hi []byte) (tikv.Iterator, error)
 	iterReverse(hi, lo []byte) (tikv.Iterator, error)
 }
@@ -28,6 +31,10 @@ type snapshotSource struct{ s *txnsnapshot.KVSnapshot }
 func (s snapshotSource) get(key []byte) ([]byte, error) {
 	e, err := s.s.Get(context.Background(), key)
 	return e.Value, err
+}
+
+func (s snapshotSource) getMany(keys [][]byte) (map[string]kv.ValueEntry, error) {
+	return s.s.BatchGet(context.Background(), keys)
 }
 
 func (s snapshotSource) iter(lo, hi []byte) (tikv.Iterator, error) { return s.s.Iter(lo, hi) }
@@ -45,6 +52,16 @@ type txnSource struct{ t *transaction.KVTxn }
 func (s txnSource) get(key []byte) ([]byte, error) {
 	e, err := s.t.Get(context.Background(), key)
 	return bytes.Clone(e.Value), err
+}
+
+// getMany copies what get copies, and for the same reason.
+func (s txnSource) getMany(keys [][]byte) (map[string]kv.ValueEntry, error) {
+	m, err := s.t.BatchGet(context.Background(), keys)
+	for k, e := range m {
+		e.Value = bytes.Clone(e.Value)
+		m[k] = e
+	}
+	return m, err
 }
 
 func (s txnSource) iter(lo, hi []byte) (tikv.Iterator, error) { return s.t.Iter(lo, hi) }
@@ -67,6 +84,25 @@ func (r *reader) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("tikv get: %w", err)
 	}
 	return decodeValue(v), nil
+}
+
+// GetMany implements engine.Reader with one BatchGet: TiKV answers the
+// keys of each region together.
+func (r *reader) GetMany(keys [][]byte) ([][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	m, err := r.src.getMany(keys)
+	if err != nil {
+		return nil, fmt.Errorf("tikv batch get: %w", err)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		if e, ok := m[string(k)]; ok && !e.IsValueEmpty() {
+			out[i] = decodeValue(e.Value)
+		}
+	}
+	return out, nil
 }
 
 func (r *reader) Iterate(start, end []byte, reverse bool) engine.Iterator {
