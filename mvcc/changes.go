@@ -307,18 +307,6 @@ func (p *Patch) Finish(to int64, applied uint64) (int64, error) {
 		if err := p.b.put(indexKey([]byte(raw)), m.encode()); err != nil {
 			return 0, err
 		}
-		ck := currentKey([]byte(raw))
-		if m.deleted {
-			err = p.b.delete(ck)
-		} else {
-			var e []byte
-			if e, err = currentEntry(snap, []byte(raw), m); err == nil {
-				err = p.b.put(ck, e)
-			}
-		}
-		if err != nil {
-			return 0, err
-		}
 	}
 	if upTo < to {
 		// The applied index of a revision inside the changes is not

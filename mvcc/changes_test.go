@@ -137,7 +137,7 @@ func restoreChain(t *testing.T, full []row, deltas []changeSet, upTo int64) *Sto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	sameCurrent(t, eng)
+	sameIndex(t, eng)
 	return s
 }
 

@@ -81,7 +81,7 @@ func TestLiveCounts(t *testing.T) {
 			if kept == 0 {
 				t.Fatal("no count was kept live")
 			}
-			sameCurrent(t, db)
+			sameIndex(t, db)
 			return
 		default:
 		}

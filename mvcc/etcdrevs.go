@@ -165,8 +165,7 @@ func (im *EtcdImporter) Finish(st EtcdState) error {
 	if err := im.put(metaState, stateRecord(rev, st.Applied, 0)); err != nil {
 		return err
 	}
-	// Written as rows are: the store builds its current run when it opens.
-	if err := im.put(metaLayout, binary.BigEndian.AppendUint64(nil, rowsLayout)); err != nil {
+	if err := im.put(metaLayout, binary.BigEndian.AppendUint64(nil, layoutVersion)); err != nil {
 		return err
 	}
 	if compact >= 0 {

@@ -75,8 +75,8 @@ func importStore(t *testing.T, revs []EtcdRevision, st EtcdState, leases []Lease
 	}
 	layout, err := readInt(snap, metaLayout, 1)
 	snap.Close()
-	if err != nil || layout != rowsLayout {
-		t.Fatalf("imported key layout %d (%v), want %d", layout, err, rowsLayout)
+	if err != nil || layout != layoutVersion {
+		t.Fatalf("imported key layout %d (%v), want %d", layout, err, layoutVersion)
 	}
 	s, err := Open(db, Options{Logger: log})
 	if err != nil {

@@ -43,16 +43,16 @@ func (s *Store) Export() (*Export, error) {
 func (e *Export) Reader() engine.Reader { return e.snap }
 
 // Rows calls fn with every row, in key order; k and v are valid until fn
-// returns. The current run stays behind: it is derived from the rest, so
-// the rows are those of layout 2 (rowsLayout), and the store they are
-// loaded into builds it when it opens.
+// returns. Layout 3's current run, which a store still being upgraded
+// may hold, stays behind, and the rows say layout 2: they are a store
+// of this layout whoever wrote them.
 func (e *Export) Rows(fn func(k, v []byte) error) error {
 	it := e.snap.Iterate(nil, nil, false)
 	defer it.Close()
 	for ; it.Valid(); it.Next() {
 		k := it.Key()
-		if k[0] == prefixCurrent {
-			it.Seek([]byte{prefixCurrent + 1})
+		if k[0] == prefixRetired {
+			it.Seek([]byte{prefixRetired + 1})
 			if !it.Valid() {
 				break
 			}
@@ -63,7 +63,7 @@ func (e *Export) Rows(fn func(k, v []byte) error) error {
 			return err
 		}
 		if bytes.Equal(k, metaLayout) {
-			v = binary.BigEndian.AppendUint64(nil, rowsLayout)
+			v = binary.BigEndian.AppendUint64(nil, layoutVersion)
 		}
 		if err := fn(k, v); err != nil {
 			return err

@@ -196,14 +196,14 @@ func newStoreHasher() *storeHasher {
 // written in the background after the compaction, so two stores with the
 // same data may differ only in whether it has landed yet. The member's
 // identity is left out too: it says whose the data is, not what it is.
-// The current run is derived from the rest and never leaves the store, so
-// it is left out and the store hashes as its rows (layout 2) do.
+// Layout 3's current run, which a store still being upgraded may hold,
+// is left out, so the store hashes as its rows do.
 func (h *storeHasher) add(k, v []byte) {
-	if bytes.Equal(k, metaCompactHash) || bytes.Equal(k, metaMember) || len(k) > 0 && k[0] == prefixCurrent {
+	if bytes.Equal(k, metaCompactHash) || bytes.Equal(k, metaMember) || len(k) > 0 && k[0] == prefixRetired {
 		return
 	}
 	if bytes.Equal(k, metaLayout) {
-		v = binary.BigEndian.AppendUint64(nil, rowsLayout)
+		v = binary.BigEndian.AppendUint64(nil, layoutVersion)
 	}
 	h.entries++
 	if bytes.Equal(k, metaState) && (len(v) == 16 || len(v) == 24) {

@@ -10,8 +10,8 @@ import (
 
 // TestReadsPastTheHead: a snapshot may hold writes not yet published (a
 // pipelined batch, part of a large request). A view of such a snapshot at
-// the published revision reads that revision, not the current run: keys
-// created, overwritten or deleted after it read as they were.
+// the published revision reads that revision: keys created, overwritten
+// or deleted after it read as they were.
 func TestReadsPastTheHead(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()

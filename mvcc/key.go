@@ -17,7 +17,7 @@ import (
 //	'm' meta:    'm' + name                 store-wide state (the names below)
 //	'p' members: 'p' + BE(id)               a single node's member records (MemberTable)
 //	'r' log:     'r' + BE(rev) + BE(sub)    one entry per change, value = raw key
-//	'v' current: 'v' + esc(raw)             each live key's latest version, value and all
+//	'v' retired: 'v' + esc(raw)             layout 3's current run; removed at open (layout.go)
 //
 // esc(raw) is raw with each 0x00 escaped as 0x00 0xff, followed by the
 // terminator 0x00 0x01. It keeps raw-key order for every byte string:
@@ -33,17 +33,15 @@ import (
 // adjacent, newest first (the suffix is the complement of the revision),
 // so the newest version at or below a revision is one forward seek.
 //
-// The current run holds what a read at the head needs and nothing else:
-// one entry per live key, written in the same engine transaction as the
-// version it copies, removed when the key is deleted. A list at the head
-// walks it without stepping over the versions and compaction's
-// tombstones that the object run holds between one key and the next
-// (docs/ARCHITECTURE.md weighs it against the other designs). It is
-// derived from the rest: it leaves the store in no export and is built
-// again from the index and the versions where a store is loaded.
+// A value is written once, in its version. A read at the head walks the
+// index, which holds each key's newest revision, and fetches the values
+// of a page of keys in one engine call (engine.Reader.GetMany), which
+// steps forward through the object run where the next version is near
+// and seeks where it is not (docs/ARCHITECTURE.md weighs this against
+// the other designs).
 const (
 	prefixAuth    = 'a'
-	prefixCurrent = 'v'
+	prefixRetired = 'v'
 	prefixIndex   = 'i'
 	prefixKey     = 'k'
 	prefixLog     = 'r'
@@ -78,11 +76,6 @@ func indexKey(raw []byte) []byte {
 	return appendEscaped(make([]byte, 0, len(raw)+3), prefixIndex, raw)
 }
 
-// currentKey is the key holding raw's latest version while raw is live.
-func currentKey(raw []byte) []byte {
-	return appendEscaped(make([]byte, 0, len(raw)+3), prefixCurrent, raw)
-}
-
 // objectKey is the key holding raw's version written at rev.
 func objectKey(raw []byte, rev int64) []byte {
 	return binary.BigEndian.AppendUint64(groupKey(raw), ^uint64(rev))
@@ -97,7 +90,7 @@ func groupEnd(g []byte) []byte {
 }
 
 // keyRange maps the raw interval [key, end) onto the engine keys of one
-// prefix (prefixIndex, prefixCurrent or prefixKey). An empty end is the
+// prefix (prefixIndex or prefixKey). An empty end is the
 // single key; end "\x00" is every key >= key.
 func keyRange(prefix byte, key, end []byte) (lo, hi []byte) {
 	lo = appendEscaped(nil, prefix, key)

@@ -3,7 +3,6 @@ package mvcc
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -15,19 +14,21 @@ import (
 // keys, as the index key 'k' + esc(raw) + eight zero bytes; layout 2
 // moved it to its own prefix. Object keys never end in eight zero bytes
 // (the suffix is the complement of a revision), so a layout-1 index key
-// is unambiguous. Layout 3 added the current run, which is derived from
-// the rest; rows that leave a store carry layout 2 (rowsLayout) and the
-// store they are loaded into builds it again.
-const (
-	layoutVersion = 3
-	rowsLayout    = 2
-)
+// is unambiguous.
+//
+// Layout 3 added a current run under prefixRetired: a second copy of
+// every live key's newest value, which made each write carry its value
+// twice. This code writes layout 2 again and removes that run when it
+// opens a layout-3 store. Recording 2, not a new number, keeps a
+// downgrade open: a sett that knows layout 3 opens the store as layout 2
+// and builds its run again.
+const layoutVersion = 2
 
-// upgradeLayout brings a store written by an earlier layout to the
-// current one before anything reads it. Each step is committed in
-// bounded engine transactions, and the version is recorded only once a
-// step is done, so a crash midway leaves a store that the next open
-// simply takes up again.
+// upgradeLayout brings a store written by another layout to this one
+// before anything reads it. Each step is committed in bounded engine
+// transactions, and the version is recorded only once a step is done,
+// so a crash midway leaves a store that the next open simply takes up
+// again.
 func upgradeLayout(ctx context.Context, eng engine.Engine) error {
 	snap, err := eng.Snapshot()
 	if err != nil {
@@ -35,21 +36,71 @@ func upgradeLayout(ctx context.Context, eng engine.Engine) error {
 	}
 	version, err := readInt(snap, metaLayout, 1)
 	snap.Close()
-	if err != nil || version == layoutVersion {
+	if err != nil {
 		return err
 	}
-	if version < 1 || version > layoutVersion {
-		return fmt.Errorf("data written by a newer sett (key layout %d, this one knows %d)", version, layoutVersion)
+	if version < 1 || version > 3 {
+		return fmt.Errorf("data written by a newer sett (key layout %d, this one knows 1 to 3)", version)
 	}
 	if version == 1 {
 		if err := moveIndex(ctx, eng); err != nil {
-			return fmt.Errorf("upgrade key layout to 2: %w", err)
+			return fmt.Errorf("upgrade key layout 1 to 2: %w", err)
 		}
 	}
-	if err := buildCurrent(eng); err != nil {
-		return fmt.Errorf("upgrade key layout to 3: %w", err)
+	if err := dropRetired(ctx, eng); err != nil {
+		return fmt.Errorf("upgrade key layout %d to 2: %w", version, err)
 	}
 	return nil
+}
+
+// dropRetired removes the current run of layout 3. The layout is
+// recorded as 2 in the first transaction: from then on nothing reads the
+// run, and an older sett opening a store this left halfway builds the
+// run again in full. A store without the run costs one seek.
+func dropRetired(ctx context.Context, eng engine.Engine) error {
+	for first := true; ; first = false {
+		tx, err := eng.Begin()
+		if err != nil {
+			return err
+		}
+		wrote := false
+		if first {
+			var version int64
+			if version, err = readInt(tx, metaLayout, 1); err == nil && version != layoutVersion {
+				err, wrote = putInt(tx, metaLayout, layoutVersion), true
+			}
+		}
+		n := 0
+		if err == nil {
+			n, err = deleteRetired(tx)
+		}
+		if err == nil && (wrote || n > 0) {
+			err = tx.Commit(ctx)
+		}
+		tx.Discard()
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+}
+
+// deleteRetired deletes keys of the retired run into tx until it is
+// full or 4096 are gone, and returns how many it deleted.
+func deleteRetired(tx engine.Txn) (int, error) {
+	it := tx.Iterate([]byte{prefixRetired}, []byte{prefixRetired + 1}, false)
+	defer it.Close()
+	n := 0
+	for ; it.Valid() && n < 4096; it.Next() {
+		err := tx.Delete(bytes.Clone(it.Key()))
+		if errors.Is(err, engine.ErrTxnTooBig) && n > 0 {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // moveIndex is the upgrade from layout 1 to 2: each engine transaction
@@ -79,60 +130,6 @@ func moveIndex(ctx context.Context, eng engine.Engine) error {
 		}
 		start = next
 	}
-}
-
-// buildCurrent is the upgrade from layout 2 to 3: it writes the current
-// entry of every live key from its index entry and its latest version,
-// committing whenever a transaction fills. Entries already there (from a
-// build a crash cut short, or written by a Patch) are written again;
-// none exists for a key that is not live.
-func buildCurrent(eng engine.Engine) error {
-	snap, err := eng.Snapshot()
-	if err != nil {
-		return err
-	}
-	defer snap.Close()
-	b, err := newBatch(eng)
-	if err != nil {
-		return err
-	}
-	defer b.discard()
-	// Every raw key: esc("") is the least escape there is.
-	err = (&view{r: snap}).walkIndex(nil, []byte{0}, func(ik []byte, m meta) (bool, error) {
-		if m.deleted {
-			return true, nil
-		}
-		raw, err := splitIndexKey(ik)
-		if err != nil {
-			return false, err
-		}
-		e, err := currentEntry(snap, raw, m)
-		if err == nil {
-			err = b.put(currentKey(raw), e)
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		return err
-	}
-	if err := b.put(metaLayout, binary.BigEndian.AppendUint64(nil, layoutVersion)); err != nil {
-		return err
-	}
-	return b.finish()
-}
-
-// currentEntry is the current entry of raw, live with index entry m, read
-// from its latest version.
-func currentEntry(r engine.Reader, raw []byte, m meta) ([]byte, error) {
-	b, err := r.Get(objectKey(raw, m.mod))
-	if err != nil {
-		return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
-	}
-	ver, err := decodeVersion(b)
-	if err != nil {
-		return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
-	}
-	return encodeCurrent(m, ver.value), nil
 }
 
 // moveIndexKeys moves layout-1 index keys from start on into tx until

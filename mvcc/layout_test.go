@@ -3,6 +3,7 @@ package mvcc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,16 +16,16 @@ import (
 	"github.com/settdb/sett/engine/badger"
 )
 
-// TestUpgradeLayout: a store written with an earlier layout reads exactly
-// as before once reopened, with the layout recorded; the upgrade spans
+// TestUpgradeLayout: a store written with another layout reads exactly
+// as before once reopened, with layout 2 recorded; the upgrade spans
 // several engine transactions on a small memtable. From layout 1 (each
-// key's index in its group of versions) every index moves; from layout 2
-// (no current run), or a build of it that a crash cut short, every live
-// key gets its current entry and no other key one.
+// key's index in its group of versions) every index moves; from layout 3
+// (a current run holding every live value a second time), or a removal
+// of it that a crash cut short, the run is gone.
 func TestUpgradeLayout(t *testing.T) {
 	t.Run("1", func(t *testing.T) { testUpgradeLayout(t, toLayout1) })
-	t.Run("2", func(t *testing.T) { testUpgradeLayout(t, func(t *testing.T, db engine.Engine) { toLayout2(t, db, 1) }) })
-	t.Run("2, part built", func(t *testing.T) { testUpgradeLayout(t, func(t *testing.T, db engine.Engine) { toLayout2(t, db, 2) }) })
+	t.Run("3", func(t *testing.T) { testUpgradeLayout(t, func(t *testing.T, db engine.Engine) { toLayout3(t, db, 1) }) })
+	t.Run("3, part removed", func(t *testing.T) { testUpgradeLayout(t, func(t *testing.T, db engine.Engine) { toLayout3(t, db, 2) }) })
 }
 
 func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) {
@@ -80,7 +81,9 @@ func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) 
 	if engineKeys(t, db, prefixIndex) != n {
 		t.Fatalf("%d index keys, want %d", engineKeys(t, db, prefixIndex), n)
 	}
-	sameCurrent(t, db)
+	if n := engineKeys(t, db, prefixRetired); n != 0 {
+		t.Fatalf("%d keys of the retired current run left", n)
+	}
 	snap, _ := db.Snapshot()
 	defer snap.Close()
 	if v, err := readInt(snap, metaLayout, 0); err != nil || v != layoutVersion {
@@ -88,45 +91,65 @@ func testUpgradeLayout(t *testing.T, downgrade func(*testing.T, engine.Engine)) 
 	}
 }
 
-// toLayout2 removes every every-th entry of a store's current run and
-// records layout 2, as a store written before the run, or one whose
-// build a crash cut short, has it.
-func toLayout2(t *testing.T, db engine.Engine, every int) {
+// toLayout3 writes the current run of layout 3 for every every-th live
+// key, as layout 3 had it (index entry, then value), and records layout
+// 3, or 2 where every > 1: a removal of the run that a crash cut short.
+func toLayout3(t *testing.T, db engine.Engine, every int) {
 	t.Helper()
-	for {
-		tx, err := db.Begin()
+	snap, err := db.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	b, err := newBatch(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.discard()
+	i := 0
+	err = (&view{r: snap}).walkIndex(nil, []byte{0}, func(ik []byte, m meta) (bool, error) {
+		if m.deleted {
+			return true, nil
+		}
+		if i++; i%every != 0 {
+			return true, nil
+		}
+		raw, err := splitIndexKey(ik)
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		it := tx.Iterate([]byte{prefixCurrent}, []byte{prefixCurrent + 1}, false)
-		removed := 0
-		for i := 0; it.Valid() && removed < 1000; it.Next() {
-			if i++; i%every == 0 {
-				if err := tx.Delete(bytes.Clone(it.Key())); err != nil {
-					t.Fatal(err)
-				}
-				removed++
-			}
+		v, err := snap.Get(objectKey(raw, m.mod))
+		if err != nil {
+			return false, err
 		}
-		it.Close()
-		if removed == 0 || every > 1 {
-			if err := putInt(tx, metaLayout, 2); err != nil {
-				t.Fatal(err)
-			}
+		ver, err := decodeVersion(v)
+		if err != nil {
+			return false, err
 		}
-		if err := tx.Commit(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if removed == 0 || every > 1 {
-			return
-		}
+		entry := append(m.appendTo(nil), ver.value...)
+		return true, b.put(appendEscaped(nil, prefixRetired, raw), entry)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := int64(3)
+	if every > 1 {
+		layout = 2
+	}
+	if err := b.put(metaLayout, binary.BigEndian.AppendUint64(nil, uint64(layout))); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.finish(); err != nil {
+		t.Fatal(err)
+	}
+	if engineKeys(t, db, prefixRetired) == 0 {
+		t.Fatal("no current run written")
 	}
 }
 
 // toLayout1 rewrites a store's index keys as layout 1 had them.
 func toLayout1(t *testing.T, db engine.Engine) {
 	t.Helper()
-	toLayout2(t, db, 1) // layout 1 had no current run either
 	for {
 		tx, err := db.Begin()
 		if err != nil {
@@ -164,60 +187,9 @@ func toLayout1(t *testing.T, db engine.Engine) {
 	}
 }
 
-// sameCurrent requires the current run of the store on eng to hold
-// exactly what its index and versions say: an entry for every live key,
-// with its latest version, and none for any other key.
-func sameCurrent(t *testing.T, eng engine.Engine) {
-	t.Helper()
-	snap, err := eng.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Close()
-	want := map[string]string{}
-	it := snap.Iterate([]byte{prefixIndex}, []byte{prefixIndex + 1}, false)
-	for ; it.Valid(); it.Next() {
-		v, _ := it.Value()
-		m, err := decodeMeta(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.deleted {
-			continue
-		}
-		raw, err := splitIndexKey(it.Key())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := currentEntry(snap, raw, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[string(raw)] = string(e)
-	}
-	it.Close()
-	it = snap.Iterate([]byte{prefixCurrent}, []byte{prefixCurrent + 1}, false)
-	defer it.Close()
-	n := 0
-	for ; it.Valid(); it.Next() {
-		raw, err := splitFlatKey(prefixCurrent, it.Key())
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := it.Value()
-		if w, ok := want[string(raw)]; !ok || w != string(v) {
-			t.Fatalf("current entry of %q is %q, want %q (live: %v)", raw, v, w, ok)
-		}
-		n++
-	}
-	if n != len(want) {
-		t.Fatalf("%d current entries, want %d", n, len(want))
-	}
-}
-
 // TestFollowerBeforeUpgrade: a clustered member that follows a leader
-// running an older sett (layout 2, no current run) reads every value
-// from the versions, and the current run once the layout is 3.
+// running a sett of layout 3 (which keeps the current run) reads every
+// value from the versions, as the leader does once upgraded.
 func TestFollowerBeforeUpgrade(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -241,7 +213,7 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 	}
 	want := rangeEach(t, s, reads)
 	s.Close()
-	toLayout2(t, db, 1)
+	toLayout3(t, db, 1)
 
 	f, err := Open(db, Options{Logger: log, Clustered: true})
 	if err != nil {
@@ -250,11 +222,45 @@ func TestFollowerBeforeUpgrade(t *testing.T) {
 	defer f.Close()
 	for i, got := range rangeEach(t, f, reads) {
 		if !proto.Equal(got, want[i]) {
-			t.Fatalf("read %d on a follower of layout 2:\n got %v\nwant %v", i, got, want[i])
+			t.Fatalf("read %d on a follower of layout 3:\n got %v\nwant %v", i, got, want[i])
 		}
 	}
-	if f.hasCurrent.Load() {
-		t.Fatal("a follower of layout 2 reads the current run")
+}
+
+// sameIndex requires the index of the store on eng to say what its
+// versions do: each key's entry is its newest version, and no key of the
+// retired current run is left.
+func sameIndex(t *testing.T, eng engine.Engine) {
+	t.Helper()
+	snap, err := eng.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	n := 0
+	err = eachIndex(snap, []byte{prefixIndex}, []byte{prefixIndex + 1}, func(ik []byte, m meta) (bool, error) {
+		raw, err := splitIndexKey(ik)
+		if err != nil {
+			return false, err
+		}
+		want, err := newestMeta(snap, raw, 1<<62)
+		if err != nil {
+			return false, err
+		}
+		if m != want {
+			return false, fmt.Errorf("index of %q is %+v, its versions say %+v", raw, m, want)
+		}
+		n++
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("no index entries")
+	}
+	if k := engineKeys(t, eng, prefixRetired); k != 0 {
+		t.Fatalf("%d keys of the retired current run", k)
 	}
 }
 

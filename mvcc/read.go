@@ -28,10 +28,6 @@ type view struct {
 	// head is the revision whose state the reader holds exactly, -1 if
 	// none, 0 until atHead has looked.
 	head int64
-	// noCurrent says the engine keeps no current run yet: a clustered
-	// store whose leader has not upgraded its layout. Values are then
-	// read from the versions alone.
-	noCurrent bool
 }
 
 // checkRev resolves a requested revision as etcd's range does: future
@@ -50,29 +46,10 @@ func (v *view) checkRev(rev int64) (int64, error) {
 	return rev, nil
 }
 
-// get returns raw's key-value at rev, or nil if it did not exist then.
-// With its value, a key live at rev and unchanged since is one read of
-// the current run.
+// get returns raw's key-value at rev, or nil if it did not exist then:
+// its index entry, and with the value, the version the entry names, one
+// point read each; a key written since rev seeks its older version.
 func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, error) {
-	if withValue && !v.noCurrent {
-		b, err := v.r.Get(currentKey(raw))
-		switch {
-		case err == nil:
-			m, value, err := decodeCurrent(b)
-			if err != nil {
-				return nil, fmt.Errorf("current version of %q: %w", raw, err)
-			}
-			if m.mod > rev {
-				return v.older(raw, rev)
-			}
-			kv := m.keyValue(raw)
-			kv.Value = value
-			return kv, nil
-		case !errors.Is(err, engine.ErrNotFound):
-			return nil, err
-		}
-		// Not live in the reader: it may still have been at rev.
-	}
 	b, err := v.r.Get(indexKey(raw))
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil
@@ -85,14 +62,28 @@ func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, err
 		return nil, fmt.Errorf("index of %q: %w", raw, err)
 	}
 	switch {
-	case m.mod > rev || withValue && v.noCurrent:
-		return v.older(raw, rev)
+	case m.mod > rev:
+		kv, err := v.older(raw, rev)
+		if kv != nil && !withValue {
+			kv.Value = nil
+		}
+		return kv, err
 	case m.deleted:
 		return nil, nil
-	case withValue:
-		return nil, fmt.Errorf("index of %q at %d: %w: no current version", raw, m.mod, errBadRecord)
+	case !withValue:
+		return m.keyValue(raw), nil
 	}
-	return m.keyValue(raw), nil
+	b, err = v.r.Get(objectKey(raw, m.mod))
+	if err != nil {
+		return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
+	}
+	ver, err := decodeVersion(b)
+	if err != nil {
+		return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
+	}
+	kv := m.keyValue(raw)
+	kv.Value = ver.value
+	return kv, nil
 }
 
 // older returns raw's key-value at rev from its object versions: the first
@@ -108,7 +99,7 @@ func (v *view) older(raw []byte, rev int64) (*mvccpb.KeyValue, error) {
 }
 
 // atHead reports whether the view's reader holds exactly the writes up to
-// rev and none after it, so that the current run is the state at rev. A
+// rev and none after it, so that its index is the state at rev. A
 // snapshot may hold a batch committed but not yet published, or part of
 // a large request (see spillTxn).
 func (v *view) atHead(rev int64) (bool, error) {
@@ -179,42 +170,109 @@ func emptyRange(key, end []byte) bool {
 }
 
 // scan calls fn, in raw-key order, for every key in [key, end) that
-// exists at rev (end as in keyRange). With values it walks the object
-// versions; without, only the index. fn returns false to stop.
+// exists at rev (end as in keyRange). It walks the index: a key
+// unchanged since rev is its entry, and with values the version the
+// entry names, read in batches (engine.Reader.GetMany); only a key
+// written after rev seeks its older version among the versions. fn
+// returns false to stop.
 func (v *view) scan(key, end []byte, rev int64, withValue bool, fn func(*mvccpb.KeyValue) bool) error {
 	if emptyRange(key, end) {
 		return nil
 	}
-	if withValue {
-		head, err := v.atHead(rev)
-		if err != nil {
-			return err
-		}
-		if head && !v.noCurrent {
-			return v.scanCurrent(key, end, rev, fn)
-		}
-		return v.scanPinned(key, end, rev, fn)
-	}
 	older := v.olderReader()
 	defer older.close()
-	return v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
+	var vals valueBatch
+	more := true
+	err := v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
+		if m.mod <= rev && m.deleted {
+			return true, nil
+		}
 		raw, err := splitIndexKey(ik)
 		if err != nil {
 			return false, err
 		}
 		if m.mod <= rev {
-			if m.deleted {
-				return true, nil
+			kv := m.keyValue(raw)
+			if !withValue {
+				return fn(kv), nil
 			}
-			return fn(m.keyValue(raw)), nil
+			if vals.add(kv) {
+				more, err = vals.flush(v.r, fn)
+			}
+			return more && err == nil, err
+		}
+		// The keys before it first, in order.
+		if more, err = vals.flush(v.r, fn); !more || err != nil {
+			return false, err
 		}
 		kv, err := older.at(raw, rev)
 		if err != nil || kv == nil {
 			return err == nil, err
 		}
-		kv.Value = nil
-		return fn(kv), nil
+		if !withValue {
+			kv.Value = nil
+		}
+		more = fn(kv)
+		return more, nil
 	})
+	if err != nil || !more {
+		return err
+	}
+	_, err = vals.flush(v.r, fn)
+	return err
+}
+
+// valueBatch gathers the key-values of a walk over the index whose
+// values are still to be read, so that one GetMany reads them. A batch
+// starts small, for a list that wants a few keys, and doubles up to
+// maxValueBatch, so that a walk that stops early has read few values it
+// did not need.
+type valueBatch struct {
+	kvs  []*mvccpb.KeyValue
+	keys [][]byte
+	size int
+}
+
+const maxValueBatch = 256
+
+// add adds kv, whose value is its version at kv.ModRevision, and reports
+// whether the batch is full.
+func (b *valueBatch) add(kv *mvccpb.KeyValue) bool {
+	if b.size == 0 {
+		b.size = 8
+	}
+	b.kvs = append(b.kvs, kv)
+	b.keys = append(b.keys, objectKey(kv.Key, kv.ModRevision))
+	return len(b.kvs) >= b.size
+}
+
+// flush reads the batch's values and hands fn its key-values, in order,
+// until fn returns false, which flush returns.
+func (b *valueBatch) flush(r engine.Reader, fn func(*mvccpb.KeyValue) bool) (bool, error) {
+	if len(b.kvs) == 0 {
+		return true, nil
+	}
+	vals, err := r.GetMany(b.keys)
+	if err != nil {
+		return false, err
+	}
+	kvs := b.kvs
+	b.kvs, b.keys = b.kvs[:0:0], b.keys[:0]
+	b.size = min(2*b.size, maxValueBatch)
+	for i, kv := range kvs {
+		if vals[i] == nil {
+			return false, fmt.Errorf("version of %q at %d: %w: missing", kv.Key, kv.ModRevision, errBadRecord)
+		}
+		ver, err := decodeVersion(vals[i])
+		if err != nil {
+			return false, fmt.Errorf("version of %q at %d: %w", kv.Key, kv.ModRevision, err)
+		}
+		kv.Value = ver.value
+		if !fn(kv) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // count counts the keys in [key, end) that exist at rev. It reads the
@@ -336,104 +394,4 @@ func (o *olderVersions) close() {
 	if o.it != nil {
 		o.it.Close()
 	}
-}
-
-// scanCurrent is scan with values at the head: one walk over the current
-// run, which holds the live keys and nothing else.
-func (v *view) scanCurrent(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
-	lo, hi := keyRange(prefixCurrent, key, end)
-	it := v.r.Iterate(lo, hi, false)
-	defer it.Close()
-	for ; it.Valid(); it.Next() {
-		raw, err := splitFlatKey(prefixCurrent, it.Key())
-		if err != nil {
-			return err
-		}
-		b, err := it.Value()
-		if err != nil {
-			return err
-		}
-		m, value, err := decodeCurrent(b)
-		if err != nil {
-			return fmt.Errorf("current version of %q: %w", raw, err)
-		}
-		if m.mod > rev {
-			return fmt.Errorf("current version of %q at %d, past the head %d: %w", raw, m.mod, rev, errBadRecord)
-		}
-		kv := m.keyValue(raw)
-		kv.Value = bytes.Clone(value) // b is valid only until Next
-		if !fn(kv) {
-			return nil
-		}
-	}
-	return nil
-}
-
-// scanPinned is scan with values below the head, or on a reader that
-// holds writes past rev: a walk over the index, beside one over the
-// current run for the keys unchanged since rev. Only the keys written
-// after rev seek their older version among the objects.
-func (v *view) scanPinned(key, end []byte, rev int64, fn func(*mvccpb.KeyValue) bool) error {
-	var cur engine.Iterator
-	if !v.noCurrent {
-		lo, hi := keyRange(prefixCurrent, key, end)
-		cur = v.r.Iterate(lo, hi, false)
-		defer cur.Close()
-	}
-	older := v.olderReader()
-	defer older.close()
-	return v.walkIndex(key, end, func(ik []byte, m meta) (bool, error) {
-		if m.mod <= rev && m.deleted {
-			return true, nil
-		}
-		raw, err := splitIndexKey(ik)
-		if err != nil {
-			return false, err
-		}
-		if m.mod > rev || v.noCurrent {
-			kv, err := older.at(raw, rev)
-			if err != nil || kv == nil {
-				return err == nil, err
-			}
-			return fn(kv), nil
-		}
-		value, err := currentValue(cur, ik, m)
-		if err != nil {
-			return false, fmt.Errorf("current version of %q: %w", raw, err)
-		}
-		kv := m.keyValue(raw)
-		kv.Value = value
-		return fn(kv), nil
-	})
-}
-
-// currentValue moves cur, an iterator over the current run, to the entry
-// of the key whose index entry is ik and m, and returns a copy of its
-// value. Keys come in the same order in both runs, so a few steps
-// usually find it; a seek skips a long run of keys written after the
-// revision read.
-func currentValue(cur engine.Iterator, ik []byte, m meta) ([]byte, error) {
-	behind := func() bool { return cur.Valid() && bytes.Compare(cur.Key()[1:], ik[1:]) < 0 }
-	for i := 0; i < 4 && behind(); i++ {
-		cur.Next()
-	}
-	if behind() {
-		target := append([]byte{prefixCurrent}, ik[1:]...)
-		cur.Seek(target)
-	}
-	if !cur.Valid() || !bytes.Equal(cur.Key()[1:], ik[1:]) {
-		return nil, fmt.Errorf("%w: missing for the index entry at %d", errBadRecord, m.mod)
-	}
-	b, err := cur.Value()
-	if err != nil {
-		return nil, err
-	}
-	cm, value, err := decodeCurrent(b)
-	if err != nil {
-		return nil, err
-	}
-	if cm.mod != m.mod {
-		return nil, fmt.Errorf("%w: at %d, the index at %d", errBadRecord, cm.mod, m.mod)
-	}
-	return bytes.Clone(value), nil
 }

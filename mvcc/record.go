@@ -61,23 +61,6 @@ func decodeMetaPrefix(b []byte) (meta, int, error) {
 	return m, n, nil
 }
 
-// encodeCurrent encodes a live key's entry in the current run: its index
-// entry followed by its value.
-func encodeCurrent(m meta, value []byte) []byte {
-	b := make([]byte, 0, 1+4*binary.MaxVarintLen64+len(value))
-	b = m.appendTo(b)
-	return append(b, value...)
-}
-
-// decodeCurrent decodes an entry of the current run. The value aliases b.
-func decodeCurrent(b []byte) (meta, []byte, error) {
-	m, n, err := decodeMetaPrefix(b)
-	if err != nil || m.deleted {
-		return m, nil, errBadRecord
-	}
-	return m, b[n:], nil
-}
-
 func (v version) encode() []byte {
 	b := make([]byte, 1, 1+3*binary.MaxVarintLen64+len(v.value))
 	if v.deleted {

@@ -61,7 +61,7 @@ func newSpillTxn(eng engine.Engine, rev int64) (*spillTxn, error) {
 // undoable reports whether a write to k can be taken back from the change
 // log, so it may be committed before the request ends.
 func undoable(k []byte) bool {
-	return len(k) > 0 && (k[0] == prefixIndex || k[0] == prefixCurrent || k[0] == prefixKey || k[0] == prefixLog)
+	return len(k) > 0 && (k[0] == prefixIndex || k[0] == prefixKey || k[0] == prefixLog)
 }
 
 func (t *spillTxn) Get(k []byte) ([]byte, error) {
@@ -72,6 +72,19 @@ func (t *spillTxn) Get(k []byte) ([]byte, error) {
 		return v, nil
 	}
 	return t.tx.Get(k)
+}
+
+func (t *spillTxn) GetMany(keys [][]byte) ([][]byte, error) {
+	out, err := t.tx.GetMany(keys)
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range keys {
+		if v, ok := t.held[string(k)]; ok {
+			out[i] = v
+		}
+	}
+	return out, nil
 }
 
 // Iterate sees the committed and current writes, not the held ones: the
@@ -191,9 +204,8 @@ func undoSome(eng engine.Engine, rev int64) (done bool, err error) {
 	return false, tx.Commit(context.Background())
 }
 
-// undoKey removes raw's version at rev and points its index and current
-// entry back at the newest version below rev, or removes them if there
-// is none.
+// undoKey removes raw's version at rev and points its index back at the
+// newest version below rev, or removes it if there is none.
 func undoKey(tx engine.Txn, raw []byte, rev int64) error {
 	if err := tx.Delete(objectKey(raw, rev)); err != nil {
 		return err
@@ -201,9 +213,6 @@ func undoKey(tx engine.Txn, raw []byte, rev int64) error {
 	it := tx.Iterate(objectKey(raw, rev-1), groupEnd(groupKey(raw)), false)
 	defer it.Close()
 	if !it.Valid() {
-		if err := tx.Delete(currentKey(raw)); err != nil {
-			return err
-		}
 		return tx.Delete(indexKey(raw))
 	}
 	orev, ver, err := decodeAt(it)
@@ -211,14 +220,8 @@ func undoKey(tx engine.Txn, raw []byte, rev int64) error {
 		return err
 	}
 	if ver.deleted {
-		if err := tx.Delete(currentKey(raw)); err != nil {
-			return err
-		}
 		return tx.Put(indexKey(raw), meta{mod: orev, deleted: true}.encode())
 	}
 	m := meta{mod: orev, create: ver.create, version: ver.version, lease: ver.lease}
-	if err := tx.Put(currentKey(raw), encodeCurrent(m, ver.value)); err != nil {
-		return err
-	}
 	return tx.Put(indexKey(raw), m.encode())
 }

@@ -50,10 +50,6 @@ type Store struct {
 	compact atomic.Int64
 	applied atomic.Uint64
 	keys    atomic.Int64 // keys that exist now
-	// hasCurrent is set once the engine is known to keep the current run
-	// (layout 3): at open for a store alone on its engine; for a
-	// clustered one, once a snapshot shows that a leader has upgraded it.
-	hasCurrent atomic.Bool
 
 	observer atomic.Pointer[Observer]
 	counters counters
@@ -130,7 +126,6 @@ func Open(eng engine.Engine, opts Options) (*Store, error) {
 		if err := s.recoverWith(eng); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
-		s.hasCurrent.Store(true)
 	}
 	cleaned, err := s.reload()
 	if err != nil {
@@ -260,23 +255,13 @@ func (s *Store) snapshotView() (*view, func(), error) {
 			return nil, nil, err
 		}
 		rev, compact = st.rev, st.compact
-		if !s.hasCurrent.Load() {
-			// A member follows a leader that may run an older sett,
-			// which keeps no current run.
-			layout, err := readInt(snap, metaLayout, 1)
-			if err != nil {
-				snap.Close()
-				return nil, nil, err
-			}
-			s.hasCurrent.CompareAndSwap(false, layout >= layoutVersion)
-		}
 	}
 	s.counters.reads.Add(1)
 	done := func() {
 		snap.Close()
 		s.counters.reads.Add(-1)
 	}
-	v := &view{r: snap, rev: rev, compact: compact, counts: s.counts, live: s.live, noCurrent: !s.hasCurrent.Load()}
+	v := &view{r: snap, rev: rev, compact: compact, counts: s.counts, live: s.live}
 	return v, done, nil
 }
 

@@ -76,13 +76,15 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 		oldLease = m.lease
 		next.create, next.version = m.create, m.version+1
 		prev = m.keyValue(raw)
-		b, err := w.tx.Get(currentKey(raw))
+		b, err := w.tx.Get(objectKey(raw, m.mod))
 		if err != nil {
-			return nil, fmt.Errorf("current version of %q: %w", raw, err)
+			return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
 		}
-		if _, prev.Value, err = decodeCurrent(b); err != nil {
-			return nil, fmt.Errorf("current version of %q: %w", raw, err)
+		ver, err := decodeVersion(b)
+		if err != nil {
+			return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
 		}
+		prev.Value = ver.value
 	}
 	// The change-log entry goes first: a large request commits its writes
 	// in several engine transactions, and undoing it finds what it
@@ -95,9 +97,6 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 		return nil, err
 	}
 	if err := w.tx.PutIf(indexKey(raw), next.encode(), old); err != nil {
-		return nil, err
-	}
-	if err := w.tx.Put(currentKey(raw), encodeCurrent(next, value)); err != nil {
 		return nil, err
 	}
 	w.moveKey(raw, oldLease, lease)
@@ -137,9 +136,6 @@ func (w *writer) deleteRange(key, end []byte) ([]*mvccpb.KeyValue, error) {
 			return nil, err
 		}
 		if err := w.tx.PutIf(indexKey(kv.Key), meta{mod: rev, deleted: true}.encode(), old.encode()); err != nil {
-			return nil, err
-		}
-		if err := w.tx.Delete(currentKey(kv.Key)); err != nil {
 			return nil, err
 		}
 		w.moveKey(kv.Key, kv.Lease, 0)
