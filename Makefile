@@ -185,14 +185,15 @@ test-tikv:
 	$(RACE_ENV) $(GO) test -race -count=1 -tags tikv -timeout 8m ./engine/tikv ./cluster ./embed
 	$(RACE_ENV) $(GO) test -race -count=1 -tags tikv -timeout 8m -run '^(TestDifferential|TestDifferentialAuth|TestScripts)$$' ./server
 
-# The process benchmark: bin/sett, a real etcd (bin/etcd) and T4 (bin/t4)
+# The process benchmark: bin/sett, a real etcd (bin/etcd), T4 (bin/t4) and
+# kine over SQLite as k3s runs it (bin/kine),
 # each run as their own process on fresh temp data dirs, driven by one
 # load generator, which reads each server's CPU and memory from /proc.
-bench: build bin/etcd
+bench: build bin/etcd bin/kine
 	-$(MAKE) bin/t4
 	cd bench && $(GO) build -o $(CURDIR)/bin/load ./load
-	./bin/load -sett bin/sett -etcd bin/etcd -t4 bin/t4 \
-		-servers $$(test -x bin/t4 && echo etcd,sett,t4 || echo etcd,sett) $(BENCH_FLAGS)
+	./bin/load -sett bin/sett -etcd bin/etcd -t4 bin/t4 -kine bin/kine \
+		-servers $$(test -x bin/t4 && echo etcd,sett,t4,kine || echo etcd,sett,kine) $(BENCH_FLAGS)
 
 # The continuous backup's workloads (issue 28), sett's alone, with
 # versitygw as the S3 it ships to every second: the backup's cost under

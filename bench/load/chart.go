@@ -70,10 +70,7 @@ func (r *results) drawRatios(path string) error {
 	p.X.Label.Text = "ratio"
 	p.X.Min = 0
 	p.Legend.Top = true
-	others := []string{"etcd"}
-	if r.hasT4() {
-		others = append(others, "t4")
-	}
+	others := r.others()
 	w := vg.Points(5)
 	most := 1.0
 	for i, other := range others {
@@ -89,10 +86,10 @@ func (r *results) drawRatios(path string) error {
 		}
 		bars.Horizontal = true
 		bars.LineStyle.Width = 0
-		bars.Color = []color.Color{color.RGBA{R: 0x3b, G: 0x6e, B: 0xa8, A: 0xff}, color.RGBA{R: 0xe0, G: 0x8a, B: 0x2c, A: 0xff}}[i]
+		bars.Color = []color.Color{color.RGBA{R: 0x3b, G: 0x6e, B: 0xa8, A: 0xff}, color.RGBA{R: 0xe0, G: 0x8a, B: 0x2c, A: 0xff}, color.RGBA{R: 0x4c, G: 0x9a, B: 0x5a, A: 0xff}}[i]
 		bars.Offset = vg.Length(i)*w - vg.Length(len(others)-1)*w/2
 		p.Add(bars)
-		p.Legend.Add("sett ÷ "+map[string]string{"etcd": "etcd", "t4": "T4"}[other], bars)
+		p.Legend.Add("sett ÷ "+title(other), bars)
 	}
 	parity, err := plotter.NewLine(plotter.XYs{{X: 1, Y: -0.5}, {X: 1, Y: float64(len(rows)) - 0.5}})
 	if err != nil {

@@ -128,7 +128,7 @@ func (b *bench) leases(ctx context.Context, kind string) error {
 	<-watched
 	m := sp.end()
 
-	b.res.set(kind, name, "peak RSS", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, "peak RSS", m)
 	label := fmt.Sprintf("%s renewals a second", commas(int64(kept)))
 	b.res.set(kind, name, label+", renewals done", "renewals/s", float64(renewed)/stretch.Seconds())
 	b.res.set(kind, name, label+", server CPU per renewal (expiries included)", "µs", micros(cpu)/float64(max(1, renewed)))

@@ -247,8 +247,9 @@ type span struct {
 }
 
 type measured struct {
-	wall, cpu time.Duration
-	peak      int64
+	wall, cpu  time.Duration
+	peak       int64
+	anon, file int64 // the peaks of each part of RSS (process.Sampler.PeakParts)
 }
 
 // begin starts a span on s.
@@ -258,5 +259,16 @@ func begin(s *process.Server) span {
 }
 
 func (sp span) end() measured {
-	return measured{wall: time.Since(sp.t0), cpu: sp.s.CPU() - sp.cpu0, peak: sp.s.Sampler.PeakRSS()}
+	m := measured{wall: time.Since(sp.t0), cpu: sp.s.CPU() - sp.cpu0, peak: sp.s.Sampler.PeakRSS()}
+	m.anon, m.file = sp.s.Sampler.PeakParts()
+	return m
+}
+
+// peakRSS records m's peak RSS as label, and beside it the peaks of its
+// anonymous and file-backed parts, which say whether the memory is the
+// server's own or pages of its files the kernel can take back.
+func (r *results) peakRSS(kind, workload, label string, m measured) {
+	r.set(kind, workload, label, "MiB", mib(m.peak))
+	r.set(kind, workload, label+", anonymous part", "MiB", mib(m.anon))
+	r.set(kind, workload, label+", file-backed part", "MiB", mib(m.file))
 }

@@ -88,6 +88,8 @@ type workload struct {
 	// noT4 leaves T4 out: the workload needs a flag T4 has no
 	// counterpart of.
 	noT4 bool
+	// noKine leaves kine out, for the same reason.
+	noKine bool
 	// optIn keeps the workload out of a run unless -only names it:
 	// it takes too long for every `make bench`.
 	optIn bool
@@ -101,8 +103,9 @@ var workloads = []workload{
 	{name: "6 stalled watchers", run: (*bench).stalledWatchers},
 	{name: "7 mixed, memory limit", run: (*bench).mixedLimited, settOnly: true},
 	{name: "8 leases", run: (*bench).leases},
-	// T4 has no progress-notification interval to set.
-	{name: "9 watch delay under lists", run: (*bench).watchDelay, noT4: true},
+	// T4 has no progress-notification interval to set; kine's is a
+	// flag of its own, and its lists are not what this one measures.
+	{name: "9 watch delay under lists", run: (*bench).watchDelay, noT4: true, noKine: true},
 	// sett's continuous backup (issue 28), which the others do not
 	// have; `make bench-backup`. The names hold no digit, so that
 	// -only 1 still means workload 1 alone.
@@ -117,11 +120,12 @@ func main() {
 
 func run() int {
 	var cfg config
-	var settBin, etcdBin, t4Bin, s3Bin string
+	var settBin, etcdBin, t4Bin, kineBin, s3Bin string
 	var scale float64
 	flag.StringVar(&settBin, "sett", "bin/sett", "the sett binary")
 	flag.StringVar(&etcdBin, "etcd", "bin/etcd", "the etcd binary")
 	flag.StringVar(&t4Bin, "t4", "bin/t4", "the T4 binary (a third server, with -servers etcd,sett,t4)")
+	flag.StringVar(&kineBin, "kine", "bin/kine", "the kine binary, run over SQLite as k3s runs it (with -servers ...,kine)")
 	flag.StringVar(&s3Bin, "versitygw", "bin/versitygw", "the versitygw binary, the S3 server of the backup workloads")
 	flag.Float64Var(&scale, "scale", 1, "multiply every request and key count by this (0.1 for a quick run)")
 	flag.IntVar(&cfg.mixedOps, "mixed-ops", 80_000, "operations in the mixed load (workloads 1 and 7)")
@@ -150,7 +154,7 @@ func run() int {
 	flag.IntVar(&cfg.lagRate, "backup-lag-rate", 1_000, "1 KiB writes a second in backup-lag (not scaled)")
 	flag.DurationVar(&cfg.lagFor, "backup-lag-for", time.Minute, "how long backup-lag writes (scaled, at least 5s)")
 	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words; the backup-* workloads run only when named (-only backup)")
-	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated, of etcd, sett and t4")
+	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated, of etcd, sett, t4 and kine")
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
 	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
 	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
@@ -158,7 +162,7 @@ func run() int {
 	flag.Parse()
 	cfg.scaleBy(scale)
 
-	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin, "t4": t4Bin, "versitygw": s3Bin}}
+	b := &bench{cfg: cfg, bins: map[string]string{"sett": settBin, "etcd": etcdBin, "t4": t4Bin, "kine": kineBin, "versitygw": s3Bin}}
 	for kind, bin := range b.bins {
 		if !cfg.runs(kind) && (kind != "versitygw" || !cfg.needsS3()) {
 			continue
@@ -198,6 +202,9 @@ func run() int {
 	if cfg.runs("t4") {
 		fmt.Printf("and T4 (%s)\n", version(t4Bin))
 	}
+	if cfg.runs("kine") {
+		fmt.Printf("and kine (%s) over SQLite\n", version(kineBin))
+	}
 	// Every figure must say how loaded the machine was.
 	b.res.loadStart = loadAverage()
 	fmt.Printf("load average at start: %s\n", b.res.loadStart)
@@ -207,10 +214,10 @@ func run() int {
 		}
 		// Each workload starts with another server, so none always
 		// runs first (on a machine the one before has just warmed).
-		kinds := []string{"etcd", "sett", "t4"}
-		kinds = append(kinds[i%3:], kinds[:i%3]...)
+		kinds := []string{"etcd", "sett", "t4", "kine"}
+		kinds = append(kinds[i%len(kinds):], kinds[:i%len(kinds)]...)
 		for _, kind := range kinds {
-			if w.settOnly && kind != "sett" || !cfg.runs(kind) || kind == "t4" && w.noT4 {
+			if w.settOnly && kind != "sett" || !cfg.runs(kind) || kind == "t4" && w.noT4 || kind == "kine" && w.noKine {
 				continue
 			}
 			if ctx.Err() != nil {

@@ -147,33 +147,50 @@ func commas(n int64) string {
 	return b.String()
 }
 
-// hasT4 reports whether any figure has a value of T4's.
-func (r *results) hasT4() bool {
-	for _, f := range r.figures {
-		if _, ok := f.value["t4"]; ok || f.note["t4"] != "" {
-			return true
+// others are the servers besides sett that any figure has a value or a
+// note of, in the order the tables show them.
+func (r *results) others() []string {
+	var out []string
+	for _, kind := range []string{"etcd", "t4", "kine"} {
+		for _, f := range r.figures {
+			if _, ok := f.value[kind]; ok || f.note[kind] != "" {
+				out = append(out, kind)
+				break
+			}
 		}
 	}
-	return false
+	return out
 }
 
-// printTable prints every figure with sett's value, etcd's and their
-// ratio, and T4's and sett's ratio to it when T4 ran.
+// title is a server's name as the tables print it.
+func title(kind string) string {
+	if kind == "t4" {
+		return "T4"
+	}
+	return kind
+}
+
+// printTable prints every figure with sett's value, each other server's,
+// and sett's ratio to each.
 func (r *results) printTable(w io.Writer) {
 	fmt.Fprintf(w, "load average (1, 5, 15 min): %s at start, %s at end\n\n", r.loadStart, r.loadEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	t4 := r.hasT4()
-	if t4 {
-		fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tt4\tsett/etcd\tsett/t4\t")
-	} else {
-		fmt.Fprintln(tw, "workload\tmetric\tunit\tsett\tetcd\tsett/etcd\t")
+	others := r.others()
+	head := []string{"workload", "metric", "unit", "sett"}
+	head = append(head, others...)
+	for _, o := range others {
+		head = append(head, "sett/"+o)
 	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, f := range r.figures {
-		if t4 {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.workload, f.metric, f.unit, f.cell("sett"), f.cell("etcd"), f.cell("t4"), f.ratio("etcd"), f.ratio("t4"))
-			continue
+		row := []string{f.workload, f.metric, f.unit, f.cell("sett")}
+		for _, o := range others {
+			row = append(row, f.cell(o))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", f.workload, f.metric, f.unit, f.cell("sett"), f.cell("etcd"), f.ratio("etcd"))
+		for _, o := range others {
+			row = append(row, f.ratio(o))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	tw.Flush()
 }
@@ -182,25 +199,30 @@ func (r *results) printTable(w io.Writer) {
 // docs/BENCHMARKS.md.
 func (r *results) printMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Load average (1, 5, 15 min): %s at the start of the run, %s at the end.\n\n", r.loadStart, r.loadEnd)
-	t4 := r.hasT4()
-	if t4 {
-		fmt.Fprintln(w, "| workload | metric | sett | etcd | T4 | sett/etcd | sett/T4 |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
-	} else {
-		fmt.Fprintln(w, "| workload | metric | sett | etcd | sett/etcd |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|")
+	others := r.others()
+	head := []string{"workload", "metric", "sett"}
+	rule := []string{"---", "---", "---:"}
+	for _, o := range others {
+		head, rule = append(head, title(o)), append(rule, "---:")
 	}
+	for _, o := range others {
+		head, rule = append(head, "sett/"+title(o)), append(rule, "---:")
+	}
+	fmt.Fprintf(w, "| %s |\n|%s|\n", strings.Join(head, " | "), strings.Join(rule, "|"))
 	for _, f := range r.figures {
 		metric := f.metric
 		if f.unit != "" {
 			metric += " (" + f.unit + ")"
 		}
 		cell := func(kind string) string { return strings.ReplaceAll(f.cell(kind), "|", "/") }
-		if t4 {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.workload, metric, cell("sett"), cell("etcd"), cell("t4"), f.ratio("etcd"), f.ratio("t4"))
-			continue
+		row := []string{f.workload, metric, cell("sett")}
+		for _, o := range others {
+			row = append(row, cell(o))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.workload, metric, cell("sett"), cell("etcd"), f.ratio("etcd"))
+		for _, o := range others {
+			row = append(row, f.ratio(o))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 }
 

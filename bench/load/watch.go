@@ -83,7 +83,7 @@ func (b *bench) stalledWatchers(ctx context.Context, kind string) error {
 		b.res.set(kind, name, "RSS growth per 10k events, first half", "MiB", per10k(rss[1]-rss[0]))
 		b.res.set(kind, name, "RSS growth per 10k events, second half", "MiB", per10k(rss[2]-rss[1]))
 	}
-	b.res.set(kind, name, "peak RSS", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, "peak RSS", m)
 	b.res.set(kind, name, "puts/s while the watchers stall", "puts/s", float64(written.Load())/writing.Seconds())
 	b.res.set(kind, name, "server CPU per event written", "µs", micros(m.cpu)/float64(max(1, written.Load())))
 	b.res.latency(kind, name, "puts while the watchers stall", lat.all())

@@ -199,7 +199,7 @@ func (b *bench) watchDelay(ctx context.Context, kind string) error {
 	b.res.set(kind, name, fmt.Sprintf("progress notifications received in %v", b.cfg.delayFor), "", float64(notifications))
 	b.res.set(kind, name, fmt.Sprintf("unpaginated lists of %s × 1 KiB by %d clients", commas(int64(n)), delayListers), "lists/s", float64(listed)/m.wall.Seconds())
 	b.res.set(kind, name, "server CPU while writing", "s", secs(m.cpu))
-	b.res.set(kind, name, "peak RSS", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, "peak RSS", m)
 	if e, ok := listErr.Load().(string); ok {
 		b.res.remark(kind, name, "list error", "", e)
 	}

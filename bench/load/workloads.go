@@ -81,7 +81,7 @@ func (b *bench) runMixed(ctx context.Context, kind, name string, args, env []str
 	b.res.set(kind, name, "throughput", "ops/s", float64(ops)/m.wall.Seconds())
 	b.res.set(kind, name, "server CPU", "s", secs(m.cpu))
 	b.res.set(kind, name, "server CPU per op", "µs", micros(m.cpu)/float64(max(1, ops)))
-	b.res.set(kind, name, "peak RSS", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, "peak RSS", m)
 	b.res.set(kind, name, "errors", "", float64(errs.Load()))
 	if e, ok := firstErr.Load().(string); ok {
 		b.res.remark(kind, name, "first error", "", e)
@@ -271,7 +271,7 @@ func (b *bench) restart(ctx context.Context, kind string) error {
 		return err
 	}
 	b.res.set(kind, name, fmt.Sprintf("load %s keys × 100 B, 32 clients", commas(int64(n))), "puts/s", float64(n)/m.wall.Seconds())
-	b.res.set(kind, name, "peak RSS while loading", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, "peak RSS while loading", m)
 	b.res.latency(kind, name, "loading puts", lat)
 
 	s.Stop()
@@ -359,7 +359,7 @@ func (b *bench) countAndList(ctx context.Context, kind string) error {
 	}
 	m := sp.end()
 	b.res.set(kind, name, "server CPU per list (all kinds)", "ms", millis(m.cpu)/float64(len(lists)*b.cfg.listReps))
-	b.res.set(kind, name, "peak RSS while listing", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, "peak RSS while listing", m)
 	return nil
 }
 
@@ -404,7 +404,7 @@ func (b *bench) creates(ctx context.Context, kind string) error {
 		}
 		b.res.set(kind, name, run.label+", throughput", "creates/s", float64(run.n)/m.wall.Seconds())
 		b.res.set(kind, name, run.label+", server CPU per create", "µs", micros(m.cpu)/float64(run.n))
-		b.res.set(kind, name, run.label+", peak RSS", "MiB", mib(m.peak))
+		b.res.peakRSS(kind, name, run.label+", peak RSS", m)
 		b.res.latency(kind, name, run.label, lat.all())
 	}
 	created := func(i int) string { return key("64 clients", i) }
@@ -472,7 +472,7 @@ func (b *bench) guaranteedUpdates(ctx context.Context, s *process.Server, kind, 
 	}
 	b.res.set(kind, name, label+", throughput", "updates/s", float64(n)/m.wall.Seconds())
 	b.res.set(kind, name, label+", server CPU per update", "µs", micros(m.cpu)/float64(n))
-	b.res.set(kind, name, label+", peak RSS", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, label+", peak RSS", m)
 	// The latency is the whole update, retries included, as
 	// kube-apiserver's caller waits for it.
 	b.res.latency(kind, name, label, lat.all())
@@ -520,7 +520,7 @@ func (b *bench) gets(ctx context.Context, s *process.Server, kind, name string, 
 	}
 	b.res.set(kind, name, label+", throughput", "gets/s", float64(reps)/m.wall.Seconds())
 	b.res.set(kind, name, label+", server CPU per get", "µs", micros(m.cpu)/float64(reps))
-	b.res.set(kind, name, label+", peak RSS", "MiB", mib(m.peak))
+	b.res.peakRSS(kind, name, label+", peak RSS", m)
 	b.res.latency(kind, name, label, lat.all())
 	return nil
 }

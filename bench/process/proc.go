@@ -94,6 +94,36 @@ func Memory(pid int) (rss, hwm int64, err error) {
 	return rss, hwm, nil
 }
 
+// RSSParts returns the two parts of process pid's RSS: anonymous memory
+// (the Go heap, stacks, and anything else allocated) and file-backed
+// pages (mapped tables and logs, which the kernel may drop and read
+// again), from RssAnon and RssFile (shared memory, RssShmem, is counted
+// as anonymous).
+func RSSParts(pid int) (anon, file int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		f := bytes.Fields(value)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch string(name) {
+		case "RssAnon", "RssShmem":
+			anon += kb << 10
+		case "RssFile":
+			file += kb << 10
+		}
+	}
+	return anon, file, nil
+}
+
 // ResetHWM sets process pid's VmHWM back to its current RSS, so that the
 // next peak read belongs to one workload only. It needs to own the process
 // (we started it); if the kernel refuses, the sampled peak is used alone.
@@ -138,6 +168,9 @@ type Sampler struct {
 	peak  int64
 	last  int64
 	hwmOK bool // VmHWM was reset at the last reset, so it is this peak's
+	// anon and file are the highest of each part of RSS sampled since
+	// the last reset (see RSSParts); the kernel keeps no peak of them.
+	anon, file int64
 }
 
 func startSampler(pid int) *Sampler {
@@ -165,9 +198,14 @@ func (s *Sampler) sample() {
 	if err != nil {
 		return // the process has exited; keep what was seen
 	}
+	anon, file, err := RSSParts(s.pid)
+	if err != nil {
+		return
+	}
 	s.mu.Lock()
 	s.last = rss
 	s.peak = max(s.peak, rss)
+	s.anon, s.file = max(s.anon, anon), max(s.file, file)
 	s.mu.Unlock()
 }
 
@@ -175,7 +213,7 @@ func (s *Sampler) sample() {
 func (s *Sampler) Reset() {
 	ok := ResetHWM(s.pid)
 	s.mu.Lock()
-	s.peak, s.hwmOK = 0, ok
+	s.peak, s.hwmOK, s.anon, s.file = 0, ok, 0, 0
 	s.mu.Unlock()
 	s.sample()
 }
@@ -199,6 +237,15 @@ func (s *Sampler) PeakRSS() int64 {
 		return s.peak
 	}
 	return max(s.peak, hwm)
+}
+
+// PeakParts is the highest anonymous and file-backed RSS sampled since
+// the last reset, each on its own: the two need not peak together.
+func (s *Sampler) PeakParts() (anon, file int64) {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.anon, s.file
 }
 
 func (s *Sampler) close() {

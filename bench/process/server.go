@@ -22,10 +22,11 @@ import (
 	"github.com/settdb/sett/internal/harness"
 )
 
-// A Server is one etcd-API server under test (bin/sett, bin/etcd or bin/t4) run as
-// its own process on its own data dir, reached on a 127.0.0.1 port.
+// A Server is one etcd-API server under test (bin/sett, bin/etcd, bin/t4
+// or bin/kine) run as its own process on its own data dir, reached on a
+// 127.0.0.1 port.
 type Server struct {
-	Kind string   // "sett", "etcd" or "t4"
+	Kind string   // "sett", "etcd", "t4" or "kine"
 	Bin  string   // the binary
 	Dir  string   // data dir; kept across restarts
 	Log  string   // the server's stdout and stderr, appended per start
@@ -37,6 +38,9 @@ type Server struct {
 	peerURL string        // etcd's, kept across restarts as the client URL is
 	exited  chan struct{} // closed when cmd has been waited for
 	URL     string        // client URL, http://127.0.0.1:PORT
+	// MetricsURL serves /metrics: URL, but for kine, which serves its
+	// metrics on a listener of their own.
+	MetricsURL string
 	Ready   time.Duration // from exec to the first linearizable Get answered
 	Client  *clientv3.Client
 	Sampler *Sampler
@@ -82,7 +86,14 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	s.URL = "http://" + addr
+	s.URL, s.MetricsURL = "http://"+addr, "http://"+addr
+	if s.Kind == "kine" {
+		m, err := harness.PickAddr()
+		if err != nil {
+			return err
+		}
+		s.MetricsURL = "http://" + m
+	}
 	if s.Kind == "etcd" {
 		peer, err := harness.PickAddr()
 		if err != nil {
@@ -131,6 +142,9 @@ func (s *Server) start(addr string) error {
 		cmd, err = harness.StartEtcdProcess(harness.EtcdProcess{Bin: s.Bin, Dir: s.Dir, ClientAddr: addr,
 			PeerURL: s.peerURL, Args: s.Args, Output: logf, Configure: configure})
 	} else {
+		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+			return err
+		}
 		cmd = exec.Command(s.Bin, append(s.flags(addr), s.Args...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		configure(cmd)
@@ -156,9 +170,17 @@ func (s *Server) start(addr string) error {
 	return nil
 }
 
-// flags is the command line of sett or T4 that serves clients on addr
-// (host:port) from s.Dir.
+// flags is the command line of sett, T4 or kine that serves clients on
+// addr (host:port) from s.Dir.
 func (s *Server) flags(addr string) []string {
+	if s.Kind == "kine" {
+		// As k3s runs it by default: SQLite in WAL mode, with k3s's
+		// own connection string.
+		return []string{
+			"--listen-address", addr, "--metrics-bind-address", strings.TrimPrefix(s.MetricsURL, "http://"),
+			"--endpoint", "sqlite://" + s.Dir + "/state.db?_journal=WAL&cache=shared&_busy_timeout=30000&_txlock=immediate",
+		}
+	}
 	if s.Kind == "t4" {
 		// Single-node mode, no object store: T4's own WAL on the
 		// local disk, as sett's and etcd's are.

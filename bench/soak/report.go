@@ -17,8 +17,8 @@ import (
 
 // report prints, for every run, its first- and last-quarter figures and
 // what its checks found, and returns the exit code: 1 if a sett run
-// failed a check. etcd is the reference: what it fails is printed, not
-// held against the run.
+// failed a check. etcd and kine are references: what they fail is
+// printed, not held against the run.
 func report(w io.Writer, plan []*run, errs map[*run]error) int {
 	code := 0
 	for _, r := range plan {
@@ -89,15 +89,15 @@ func p99Of(kind string) func([]sample) float64 {
 // quarter than in the first.
 const maxFilesGrowth = 8
 
-// printRatios prints, per configuration that both sett and etcd ran,
-// sett's last-quarter figures over etcd's beside their targets, and how
-// many files sett held open in the first quarter and the last. It
-// judges nothing: a ratio of one run moves from run to run (see
-// docs/BENCHMARKS.md), and the checks above are what a run must pass.
+// printRatios prints, per configuration that sett and a reference
+// server (etcd, then kine) both ran, sett's last-quarter figures over
+// the reference's beside their targets, and how many files sett held
+// open in the first quarter and the last. It judges nothing: a ratio of
+// one run moves from run to run (see docs/BENCHMARKS.md), and the checks
+// above are what a run must pass.
 func printRatios(w io.Writer, plan []*run, errs map[*run]error) {
-	type pair struct{ sett, etcd *run }
+	byConf := map[string]map[string]*run{}
 	var confs []string
-	pairs := map[string]*pair{}
 	for _, r := range plan {
 		if errs[r] != nil {
 			continue
@@ -105,44 +105,39 @@ func printRatios(w io.Writer, plan []*run, errs map[*run]error) {
 		if _, last := r.quarters(); len(last) == 0 {
 			continue
 		}
-		p := pairs[r.conf]
-		if p == nil {
-			p = &pair{}
-			pairs[r.conf] = p
+		if byConf[r.conf] == nil {
+			byConf[r.conf] = map[string]*run{}
 			confs = append(confs, r.conf)
 		}
-		switch r.kind {
-		case "sett":
-			p.sett = r
-		case "etcd":
-			p.etcd = r
+		byConf[r.conf][r.kind] = r
+	}
+	for _, ref := range []string{"etcd", "kine"} {
+		both := slices.DeleteFunc(slices.Clone(confs), func(c string) bool { return byConf[c]["sett"] == nil || byConf[c][ref] == nil })
+		if len(both) == 0 {
+			continue
 		}
-	}
-	confs = slices.DeleteFunc(confs, func(c string) bool { return pairs[c].sett == nil || pairs[c].etcd == nil })
-	if len(confs) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "sett ÷ etcd, last quarter:\n  | |")
-	for _, c := range confs {
-		fmt.Fprintf(w, " %s |", c)
-	}
-	fmt.Fprintf(w, " target |\n  |---|%s---:|\n", strings.Repeat("---:|", len(confs)))
-	for _, f := range ratioTargets {
-		fmt.Fprintf(w, "  | %s |", f.name)
-		for _, c := range confs {
-			_, s := pairs[c].sett.quarters()
-			_, e := pairs[c].etcd.quarters()
-			fmt.Fprintf(w, " %s |", ratio(f.get(s), f.get(e)))
+		fmt.Fprintf(w, "sett ÷ %s, last quarter:\n  | |", ref)
+		for _, c := range both {
+			fmt.Fprintf(w, " %s |", c)
 		}
-		fmt.Fprintf(w, " ≤ %.1fx |\n", f.target)
+		fmt.Fprintf(w, " target |\n  |---|%s---:|\n", strings.Repeat("---:|", len(both)))
+		for _, f := range ratioTargets {
+			fmt.Fprintf(w, "  | %s |", f.name)
+			for _, c := range both {
+				_, s := byConf[c]["sett"].quarters()
+				_, o := byConf[c][ref].quarters()
+				fmt.Fprintf(w, " %s |", ratio(f.get(s), f.get(o)))
+			}
+			fmt.Fprintf(w, " ≤ %.1fx |\n", f.target)
+		}
+		fmt.Fprintf(w, "  | sett's open files, first → last quarter |")
+		for _, c := range both {
+			first, last := byConf[c]["sett"].quarters()
+			files := func(s sample) float64 { return s.files }
+			fmt.Fprintf(w, " %.0f → %.0f |", mean(first, files), mean(last, files))
+		}
+		fmt.Fprintf(w, " ≤ +%d |\n\n", maxFilesGrowth)
 	}
-	fmt.Fprintf(w, "  | sett's open files, first → last quarter |")
-	for _, c := range confs {
-		first, last := pairs[c].sett.quarters()
-		files := func(s sample) float64 { return s.files }
-		fmt.Fprintf(w, " %.0f → %.0f |", mean(first, files), mean(last, files))
-	}
-	fmt.Fprintf(w, " ≤ +%d |\n\n", maxFilesGrowth)
 }
 
 // ratio is a over b to two places, or "–" where b is nothing to divide
@@ -165,6 +160,12 @@ func printQuarters(w io.Writer, r *run) {
 	fmt.Fprintf(w, "  | %s | first quarter | last quarter |\n  |---|---:|---:|\n", r.name)
 	for _, f := range figures {
 		fmt.Fprintf(w, "  | %s | %s | %s |\n", f.name, f.format(mean(first, f.get)), f.format(mean(last, f.get)))
+	}
+	for _, part := range []struct {
+		name string
+		get  func(sample) float64
+	}{{"RSS, anonymous part", func(s sample) float64 { return s.anon }}, {"RSS, file-backed part", func(s sample) float64 { return s.file }}} {
+		fmt.Fprintf(w, "  | %s | %.0f MiB | %.0f MiB |\n", part.name, mean(first, part.get)/(1<<20), mean(last, part.get)/(1<<20))
 	}
 	cpu := func(s sample) float64 { return s.cpu }
 	fmt.Fprintf(w, "  | CPU (%% of a core) | %.1f | %.1f |\n", mean(first, cpu), mean(last, cpu))
@@ -238,7 +239,7 @@ func writeCSV(path string, plan []*run) error {
 	}
 	defer f.Close()
 	w := csv.NewWriter(f)
-	head := []string{"run", "server", "config", "seconds", "rss_bytes", "heap_inuse_bytes", "goroutines", "open_files", "data_dir_bytes", "cpu_percent", "head_revision", "oldest_revision", "expired_leases"}
+	head := []string{"run", "server", "config", "seconds", "rss_bytes", "rss_anon_bytes", "rss_file_bytes", "heap_inuse_bytes", "goroutines", "open_files", "data_dir_bytes", "cpu_percent", "head_revision", "oldest_revision", "expired_leases"}
 	for _, k := range csvKinds {
 		head = append(head, k+"_n", k+"_p50_ms", k+"_p99_ms")
 	}
@@ -247,7 +248,7 @@ func writeCSV(path string, plan []*run) error {
 	msf := func(d time.Duration) string { return g(float64(d) / float64(time.Millisecond)) }
 	for _, r := range plan {
 		for _, s := range r.samples {
-			row := []string{r.name, r.kind, r.conf, g(s.at.Seconds()), g(s.rss), g(s.heap), g(s.goroutines), g(s.files), g(s.dataDir),
+			row := []string{r.name, r.kind, r.conf, g(s.at.Seconds()), g(s.rss), g(s.anon), g(s.file), g(s.heap), g(s.goroutines), g(s.files), g(s.dataDir),
 				strconv.FormatFloat(s.cpu, 'f', 1, 64), strconv.FormatInt(s.head, 10), strconv.FormatInt(s.oldest, 10), strconv.Itoa(s.expired)}
 			for _, k := range csvKinds {
 				row = append(row, strconv.Itoa(len(s.lat[k])), msf(quantile(s.lat[k], 0.5)), msf(quantile(s.lat[k], 0.99)))
