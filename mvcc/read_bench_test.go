@@ -13,7 +13,8 @@ import (
 // written a number of times since the last compaction, as a control
 // plane's objects are between two compactions, or compacted after twenty
 // writes, which leaves nineteen tombstones each until the engine merges
-// them away: at the head and pinned one revision below it.
+// them away: at the head and, but for the compacted store, pinned one
+// revision below it.
 func BenchmarkListAfterChurn(b *testing.B) {
 	for _, c := range []struct {
 		writes  int
@@ -49,6 +50,13 @@ func benchListAfterChurn(b *testing.B, writes int, compact bool) {
 		}
 	}
 	for _, below := range []int64{0, 1} {
+		want := keys
+		switch {
+		case compact && below > 0:
+			continue // compacted away
+		case writes == 1 && below > 0:
+			want -= 50 // the last transaction's keys came at the head
+		}
 		b.Run(fmt.Sprintf("below head %d", below), func(b *testing.B) {
 			for b.Loop() {
 				v, done, err := s.snapshotView()
@@ -58,7 +66,7 @@ func benchListAfterChurn(b *testing.B, writes int, compact bool) {
 				n := 0
 				err = v.scan([]byte("/r/"), []byte("/r0"), v.rev-below, true, func(*mvccpb.KeyValue) bool { n++; return true })
 				done()
-				if err != nil || n != keys {
+				if err != nil || n != want {
 					b.Fatal(n, err)
 				}
 			}

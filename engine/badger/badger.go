@@ -536,11 +536,14 @@ func (r *reader) Get(key []byte) ([]byte, error) {
 // each (3-5 µs under a control plane's churn); a seek costs more, a
 // binary search in every table. Stepping an iterator to the next entry
 // costs a tenth of a point read, so keys that come in ascending order
-// and lie a few entries apart, as a list's values do, are read by one
-// iterator stepping from each to the next. A key further on than
-// stepsPerKey entries is a point read instead, and so are the keys after
-// it, more of them each time stepping falls behind in a row, until a
-// seek puts the iterator level with them again.
+// and lie a few entries apart, as a list's values do on a fresh store,
+// are read by one iterator stepping from each to the next. Where they
+// lie further apart (each key's older versions between them) stepping
+// fails, and the keys are point reads: after each failure the iterator
+// is left behind for twice as many keys as the time before, then sought
+// level with the next key to try stepping again, so a run of keys too
+// far apart costs point reads and a seek now and then, and a run of
+// near ones goes back to stepping.
 func (r *reader) GetMany(keys [][]byte) ([][]byte, error) {
 	const stepsPerKey, maxBehind = 4, 64
 	out := make([][]byte, len(keys))
@@ -551,8 +554,10 @@ func (r *reader) GetMany(keys [][]byte) ([][]byte, error) {
 		// stepped to.
 		last []byte
 		// behind counts the point reads still to make before the
-		// iterator is sought level again; penalty is the next count.
+		// iterator is sought level again; penalty is the next count,
+		// reset only when stepping finds a key.
 		behind, penalty = 0, 1
+		seek            = false
 	)
 	defer func() {
 		if it != nil {
@@ -569,32 +574,38 @@ func (r *reader) GetMany(keys [][]byte) ([][]byte, error) {
 			out[i] = v
 			continue
 		}
-		if it == nil {
+		stepped := false
+		switch {
+		case it == nil:
 			opts := bdg.DefaultIteratorOptions
 			opts.PrefetchValues = false
 			opts.Prefix = commonPrefix(keys[i:])
 			it = r.txn.NewIterator(opts)
 			it.Seek(k)
-		} else if penalty > 1 {
-			// Back from point reads.
+		case seek:
 			it.Seek(k)
+			seek = false
+		default:
+			for steps := 0; steps < stepsPerKey && it.Valid() && bytes.Compare(it.Item().Key(), k) < 0; steps++ {
+				it.Next()
+			}
+			if it.Valid() && bytes.Compare(it.Item().Key(), k) < 0 {
+				// Too far ahead to walk to: a point read, and the
+				// next few keys too, the iterator left where it is.
+				v, err := r.getOrNil(k)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = v
+				behind, penalty, seek = penalty, min(2*penalty, maxBehind), true
+				continue
+			}
+			stepped = true
 		}
 		last = k
-		for steps := 0; steps < stepsPerKey && it.Valid() && bytes.Compare(it.Item().Key(), k) < 0; steps++ {
-			it.Next()
+		if stepped {
+			penalty = 1
 		}
-		if it.Valid() && bytes.Compare(it.Item().Key(), k) < 0 {
-			// Too far ahead to walk to: a point read, and the next few
-			// keys too, the iterator left where it is.
-			v, err := r.getOrNil(k)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
-			behind, penalty = penalty, min(2*penalty, maxBehind)
-			continue
-		}
-		penalty = 1
 		if !it.Valid() || !bytes.Equal(it.Item().Key(), k) {
 			continue // missing
 		}
