@@ -326,13 +326,12 @@ func (p *Proxy) Addr() net.Addr { return p.l.Addr() }
 func (p *Proxy) Serve(ctx context.Context) error {
 	defer p.close()
 	web := p.httpHandler()
-	sp := newSplit(p.l)
-	go sp.run()
+	h2, http1 := transport.SplitHTTP2(p.l)
 	main := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second}
 	servers := []*http.Server{main}
 	errc := make(chan error, 3)
-	go func() { errc <- p.grpc.Serve(sp.h2) }()
-	go func() { errc <- main.Serve(sp.http1) }()
+	go func() { errc <- p.grpc.Serve(h2) }()
+	go func() { errc <- main.Serve(http1) }()
 	if p.metricsL != nil {
 		ms := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second, TLSConfig: p.tls}
 		servers = append(servers, ms)
@@ -347,11 +346,11 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
-		if errors.Is(err, errClosed) {
+		if errors.Is(err, net.ErrClosed) {
 			err = fmt.Errorf("grpc-proxy: stopped accepting connections on %s", p.l.Addr())
 		}
 	}
-	sp.close()
+	h2.Close()
 	for _, s := range servers {
 		s.Close()
 	}

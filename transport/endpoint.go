@@ -134,9 +134,7 @@ func (t *Transport) serveListener(l net.Listener, secure bool, g *grpc.Server, s
 	}
 	grpcL, httpL := l, l
 	if serveGRPC && serveHTTP {
-		m := newSniffer(l, len(http2Preface), func(head []byte) bool { return string(head) == http2Preface })
-		go m.run()
-		grpcL, httpL = m.match, m.rest
+		grpcL, httpL = SplitHTTP2(l)
 	}
 	if serveHTTP {
 		hs := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second, ErrorLog: quietHTTPLog()}

@@ -3,14 +3,27 @@ package transport
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
 )
 
 // errListenerClosed is what Accept returns on either half of a split
-// listener once it is closed.
-var errListenerClosed = errors.New("listener closed")
+// listener once it is closed. It is net.ErrClosed, so that a server
+// handed a half tells a closed listener as it would any other.
+var errListenerClosed = fmt.Errorf("transport: listener closed: %w", net.ErrClosed)
+
+// SplitHTTP2 divides l's connections by their first bytes: HTTP/2 ones
+// (gRPC's) to h2, and the rest, HTTP/1, to http1. etcd's servers and its
+// gRPC proxy tell them apart the same way on a TLS port, so a client of
+// the HTTP endpoints there must speak HTTP/1. Closing either half closes
+// l and both halves.
+func SplitHTTP2(l net.Listener) (h2, http1 net.Listener) {
+	m := newSniffer(l, len(http2Preface), func(head []byte) bool { return string(head) == http2Preface })
+	go m.run()
+	return m.match, m.rest
+}
 
 // http2Preface is how every HTTP/2 client connection, gRPC's included,
 // begins.
@@ -42,16 +55,29 @@ func newSniffer(l net.Listener, peek int, matches func(head []byte) bool) *sniff
 	}
 }
 
-// run accepts until the listener fails. A connection that sends fewer
+// run accepts until the listener is closed. Other errors (out of file
+// descriptors, say) pass: it waits a little, longer each time, and
+// tries again, as net/http's server does. A connection that sends fewer
 // bytes than are peeked within 10 seconds goes to the rest; one that
 // sends none is closed.
 func (m *sniffer) run() {
+	var wait time.Duration
 	for {
 		c, err := m.l.Accept()
 		if err != nil {
-			m.match.close()
-			return
+			if errors.Is(err, net.ErrClosed) {
+				m.match.close()
+				return
+			}
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(wait):
+				continue
+			case <-m.match.done:
+				return
+			}
 		}
+		wait = 0
 		go func() {
 			br := bufio.NewReader(c)
 			c.SetReadDeadline(time.Now().Add(10 * time.Second))
