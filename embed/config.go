@@ -195,7 +195,8 @@ type Config struct {
 	BackupFullInterval time.Duration
 	BackupRetention    int
 	// BackupRestoreEmpty (--backup-restore-empty) has a server whose data
-	// dir is empty, a node that lost its disk, restore the newest point
+	// dir is empty (a volume's lost+found aside), a node that lost its
+	// disk, or holds a restore that did not finish, restore the newest point
 	// of the continuous backup in SnapshotS3 before it serves, so that it
 	// recovers by itself; a bucket that holds no backup yet starts an
 	// empty store, and a chain with a revision missing is refused with

@@ -79,3 +79,64 @@ func TestStoppedRestore(t *testing.T) {
 		t.Errorf("CheckRestored of the restored data dir: %v", err)
 	}
 }
+
+// TestStoppedRestoreInPlace: a restore into a data dir that exists
+// (a volume mounted there, holding lost+found) builds in it; stopped
+// midway it leaves the data dir refused as unfinished, and the next
+// restore starts over in it. lost+found stays throughout.
+func TestStoppedRestoreInPlace(t *testing.T) {
+	parent := t.TempDir()
+	snapPath := filepath.Join(parent, "snap.db")
+	{
+		eng, err := badger.Open(badger.Options{Dir: filepath.Join(parent, "source")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := mvcc.Open(eng, mvcc.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFile(store, snapPath); err != nil {
+			t.Fatal(err)
+		}
+		store.Close()
+		eng.Close()
+	}
+	dir := filepath.Join(parent, "data")
+	if err := os.MkdirAll(filepath.Join(dir, "lost+found"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	opts := RestoreOptions{Open: badger.OpenDir}
+	func() {
+		defer func() { recover() }()
+		tmp, err := beginRestore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tmp != dir {
+			t.Errorf("a restore into an existing data dir builds in %s, want the data dir itself", tmp)
+		}
+		restoreInto(snapPath, dir, tmp, opts, func(string) error { panic("stopped midway") })
+	}()
+	if err := CheckRestored(dir); !errors.Is(err, ErrUnfinished) {
+		t.Errorf("CheckRestored of the data dir a stopped restore was building in = %v, want %v", err, ErrUnfinished)
+	}
+	if !Unfinished(dir) {
+		t.Error("Unfinished is false for the data dir a stopped restore was building in")
+	}
+	if _, err := Restore(snapPath, dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckRestored(dir); err != nil {
+		t.Errorf("CheckRestored of the restored data dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lost+found")); err != nil {
+		t.Errorf("lost+found after the restore: %v", err)
+	}
+	if _, err := Restore(snapPath, dir, opts); err == nil {
+		t.Error("a second restore into the restored data dir was not refused")
+	}
+}
