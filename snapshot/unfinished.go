@@ -19,8 +19,14 @@ import (
 // from before the first byte of the store is written until the store is
 // whole and synced, so that a server pointed at it, or at the target it
 // never reached, refuses to start on a store that looks whole and is
-// not.
-const unfinishedName = "RESTORE-UNFINISHED"
+// not. A restore built beside its target renames that mark to
+// finishingName before the directory is renamed into place, and removes
+// it after: a cut between the two leaves a directory that is known to
+// be whole, and CheckRestored finishes the move.
+const (
+	unfinishedName = "RESTORE-UNFINISHED"
+	finishingName  = "RESTORE-FINISHING"
+)
 
 // aside is the prefix of the directory a restore into dir builds beside
 // it.
@@ -64,21 +70,33 @@ func marked(dir, mark string) bool {
 
 // CheckRestored refuses dir if it is a restore that did not finish, or
 // if dir is empty and such a restore into it is left beside it: starting
-// there would serve an empty store in place of the restored one.
+// there would serve an empty store in place of the restored one. A
+// restore that a cut stopped while it moved a whole store into place
+// is finished: the store is moved, or its last mark removed.
 func CheckRestored(dir string) error {
 	if marked(dir, unfinishedName) {
 		return fmt.Errorf("data dir %s: %w building it (it was stopped midway); restore again, which starts over, or empty it to start an empty store", dir, ErrUnfinished)
 	}
+	if marked(dir, finishingName) {
+		return unmark(dir, finishingName)
+	}
 	if empty, err := Empty(dir); !empty || err != nil {
 		return nil
 	}
-	for _, l := range leftovers(dir) {
+	left := leftovers(dir)
+	for _, l := range left {
+		if marked(l, finishingName) {
+			return finishMove(l, dir)
+		}
+	}
+	for _, l := range left {
 		return fmt.Errorf("data dir %s is empty, and %s beside it is a restore into it that did not finish: restore again (which removes it), or remove it to start an empty store: %w", dir, l, ErrUnfinished)
 	}
 	return nil
 }
 
-// leftovers lists the unfinished restores into dir beside it.
+// leftovers lists the restores into dir left beside it, unfinished or
+// not yet moved into place.
 func leftovers(dir string) []string {
 	entries, _ := os.ReadDir(filepath.Dir(dir))
 	var out []string
@@ -87,7 +105,7 @@ func leftovers(dir string) []string {
 			continue
 		}
 		path := filepath.Join(filepath.Dir(dir), e.Name())
-		if marked(path, unfinishedName) {
+		if marked(path, unfinishedName) || marked(path, finishingName) {
 			out = append(out, path)
 		}
 	}
@@ -189,15 +207,45 @@ func abandon(tmp, dir string) error {
 }
 
 // finishAside makes the whole restore in tmp the store at dir. Built in
-// place, that is removing the mark, durably; built beside, the mark
-// goes, durably, then the rename, durably.
+// place, that is removing the mark. Built beside, the mark becomes
+// finishingName, then the directory moves into place, then the mark
+// goes, each step durable before the next: a cut at any point leaves
+// either a restore refused as unfinished, or a whole one CheckRestored
+// moves into place.
 func finishAside(tmp, dir string) error {
-	if err := unmark(tmp, unfinishedName); err != nil || tmp == dir {
-		return err
+	for _, step := range finishing(tmp, dir) {
+		if err := step(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// finishing is finishAside's steps, in order.
+func finishing(tmp, dir string) []func() error {
+	if tmp == dir {
+		return []func() error{func() error { return unmark(dir, unfinishedName) }}
+	}
+	return []func() error{
+		func() error {
+			if err := os.Rename(filepath.Join(tmp, unfinishedName), filepath.Join(tmp, finishingName)); err != nil {
+				return err
+			}
+			return syncDir(tmp)
+		},
+		func() error { return finishMove(tmp, dir) },
+	}
+}
+
+// finishMove moves the whole store in tmp, marked finishingName, into
+// place at dir, which is missing or empty, and removes the mark.
+func finishMove(tmp, dir string) error {
 	os.Remove(dir) // empty, if it exists
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return unmark(dir, finishingName)
 }
