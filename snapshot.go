@@ -131,6 +131,15 @@ func snapshotRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// A data dir that exists is restored in place: not while a sett
+	// runs on it, or restores into it.
+	if _, err := os.Stat(dir); err == nil {
+		release, err := embed.LockDataDir(dir)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	opts := snapshot.RestoreOptions{
 		Open:          badger.OpenDir,
 		SkipHashCheck: c.Bool("skip-hash-check"),
