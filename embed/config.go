@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -204,6 +205,12 @@ type Config struct {
 	// is. Badger only: TiKV keeps no data in the data dir.
 	BackupRestoreEmpty bool
 
+	// Secrets are values the server never shows, besides SnapshotS3's
+	// secret key and session token: /debug/vars shows the command line
+	// with each hidden. The sett command sets it to the values of its
+	// flags marked secret.
+	Secrets []string
+
 	// Logger receives the server's log. Nil: one built from LogLevel
 	// ("debug", "info", "warn" or "error"; --log-level, info), LogFormat
 	// ("json", "text" or etcd's "console", or "auto": text on a terminal,
@@ -262,10 +269,11 @@ func NewConfig() Config {
 
 // secrets are the values of c that the server must never show.
 func (c Config) secrets() []string {
-	if c.SnapshotS3 == nil {
-		return nil
+	out := slices.Clone(c.Secrets)
+	if c.SnapshotS3 != nil {
+		out = append(out, c.SnapshotS3.SecretKey, c.SnapshotS3.SessionToken)
 	}
-	return []string{c.SnapshotS3.SecretKey, c.SnapshotS3.SessionToken}
+	return out
 }
 
 // Validate refuses a configuration sett cannot honour, with the reason,
