@@ -62,7 +62,7 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		bind(&cli.IntFlag{Name: "self-signed-cert-validity", Usage: "years the --auto-tls certificate is valid"}, &cfg.SelfSignedCertValidity),
 		bind(secret(&cli.StringFlag{Name: "auth-token", Usage: "token type: simple, or jwt,pub-key=PATH,priv-key=PATH,sign-method=RS256|ES256|EdDSA|HS256|...,ttl=DURATION (etcd's syntax)"}), &cfg.AuthToken),
 		&cli.IntFlag{Name: "auth-token-ttl", Value: int(cfg.AuthTokenTTL / time.Second), Usage: "seconds an unused simple token stays valid"},
-		bind(&cli.IntFlag{Name: "bcrypt-cost", Usage: "bcrypt cost of stored passwords (4 to 31)"}, &cfg.BcryptCost),
+		bind(&cli.IntFlag{Name: "bcrypt-cost", Usage: "bcrypt cost of stored passwords (4 to 16; etcd takes up to 31)"}, &cfg.BcryptCost),
 		bind(&cli.BoolFlag{Name: "auto-tls", Usage: "serve TLS with a self-signed certificate when no --cert-file is given"}, &cfg.AutoTLS),
 		bind(&cli.IntFlag{Name: "max-request-bytes", Usage: "largest write request accepted"}, &cfg.MaxRequestBytes),
 		bind(&cli.IntFlag{Name: "max-txn-ops", Usage: "most operations in one txn"}, &cfg.MaxTxnOps),

@@ -102,7 +102,7 @@ type Config struct {
 	// "jwt,pub-key=PATH,priv-key=PATH,sign-method=...,ttl=..."
 	// (--auth-token, simple). AuthTokenTTL is how long an unused simple
 	// token stays valid (--auth-token-ttl, 300 seconds). BcryptCost is
-	// the cost of stored passwords, 4 to 31; out of that range, 10
+	// the cost of stored passwords, 4 to MaxBcryptCost; below 4, 10
 	// (--bcrypt-cost, 10).
 	AuthToken    string
 	AuthTokenTTL time.Duration
@@ -267,6 +267,11 @@ func NewConfig() Config {
 	}
 }
 
+// MaxBcryptCost is the highest --bcrypt-cost accepted. etcd accepts up to
+// bcrypt's 31, at which one password takes days of a core to hash and
+// each login as long to check.
+const MaxBcryptCost = 16
+
 // secrets are the values of c that the server must never show.
 func (c Config) secrets() []string {
 	out := slices.Clone(c.Secrets)
@@ -299,6 +304,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := server.ParseCORS(strings.Join(c.CORS, ",")); err != nil {
 		return err
+	}
+	if c.BcryptCost > MaxBcryptCost {
+		return fmt.Errorf("--bcrypt-cost %d: at most %d (each step doubles the CPU of every password hashed and of every login, which anyone may attempt: 16 takes seconds of a core, 31 days)", c.BcryptCost, MaxBcryptCost)
 	}
 	if c.MaxConcurrentStreams == 0 {
 		return fmt.Errorf("--max-concurrent-streams 0: want 1 to %d", uint64(1<<32-1))
