@@ -348,7 +348,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	loop, err := newLoopback(cfg.Transport, cfg.MaxRequestBytes)
+	loop, err := newLoopback(cfg.Transport)
 	if err != nil {
 		return nil, fmt.Errorf("in-process connection: %w", err)
 	}
