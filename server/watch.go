@@ -188,35 +188,82 @@ type watchStream struct {
 	loose map[*streamWatcher]struct{}
 }
 
-// idleWatchers indexes idle watchers: of one key by the key, of a range
+// idleWatchers indexes idle watchers: of one key by the key, of a
+// prefix (clientv3's WithPrefix) by the prefix, and of any other range
 // in a set whose members are each checked against a pass's keys.
 type idleWatchers struct {
-	next   int64
-	keys   map[string]map[*streamWatcher]struct{}
-	ranges map[*streamWatcher]struct{}
-	n      int
+	next     int64
+	keys     watcherIndex
+	prefixes watcherIndex
+	// lengths counts the prefixes of each length: an event's key is
+	// looked up at those lengths only.
+	lengths map[int]int
+	ranges  map[*streamWatcher]struct{}
+	n       int
+}
+
+// watcherIndex is watchers by a key or prefix.
+type watcherIndex map[string]map[*streamWatcher]struct{}
+
+func (x *watcherIndex) add(k []byte, sw *streamWatcher) {
+	if *x == nil {
+		*x = make(watcherIndex)
+	}
+	set := (*x)[string(k)]
+	if set == nil {
+		set = make(map[*streamWatcher]struct{})
+		(*x)[string(k)] = set
+	}
+	set[sw] = struct{}{}
+}
+
+func (x watcherIndex) remove(k []byte, sw *streamWatcher) {
+	if set := x[string(k)]; set != nil {
+		delete(set, sw)
+		if len(set) == 0 {
+			delete(x, string(k))
+		}
+	}
+}
+
+// isPrefix reports whether [key, end) is every key with prefix key, the
+// range clientv3's WithPrefix asks for.
+func isPrefix(key, end []byte) bool {
+	return len(end) > 0 && bytes.Equal(end, prefixEnd(key))
+}
+
+// prefixEnd is clientv3.GetPrefixRangeEnd: key with its
+// last byte below 0xff incremented and what follows it dropped.
+func prefixEnd(key []byte) []byte {
+	end := bytes.Clone(key)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return []byte{0}
 }
 
 func (iw *idleWatchers) add(sw *streamWatcher) {
 	sw.idle = true
 	iw.n++
 	key, end := sw.w.Range()
-	if end != nil {
+	switch {
+	case end == nil:
+		iw.keys.add(key, sw)
+	case isPrefix(key, end):
+		iw.prefixes.add(key, sw)
+		if iw.lengths == nil {
+			iw.lengths = make(map[int]int)
+		}
+		iw.lengths[len(key)]++
+	default:
 		if iw.ranges == nil {
 			iw.ranges = make(map[*streamWatcher]struct{})
 		}
 		iw.ranges[sw] = struct{}{}
-		return
 	}
-	if iw.keys == nil {
-		iw.keys = make(map[string]map[*streamWatcher]struct{})
-	}
-	set := iw.keys[string(key)]
-	if set == nil {
-		set = make(map[*streamWatcher]struct{})
-		iw.keys[string(key)] = set
-	}
-	set[sw] = struct{}{}
 }
 
 func (iw *idleWatchers) remove(sw *streamWatcher) {
@@ -226,27 +273,37 @@ func (iw *idleWatchers) remove(sw *streamWatcher) {
 	sw.idle = false
 	iw.n--
 	key, end := sw.w.Range()
-	if end != nil {
-		delete(iw.ranges, sw)
-		return
-	}
-	if set := iw.keys[string(key)]; set != nil {
-		delete(set, sw)
-		if len(set) == 0 {
-			delete(iw.keys, string(key))
+	switch {
+	case end == nil:
+		iw.keys.remove(key, sw)
+	case isPrefix(key, end):
+		iw.prefixes.remove(key, sw)
+		if iw.lengths[len(key)]--; iw.lengths[len(key)] == 0 {
+			delete(iw.lengths, len(key))
 		}
+	default:
+		delete(iw.ranges, sw)
 	}
 }
 
 // concerned returns the idle watchers that want any of events: each
-// event's key's watchers are looked up, and each range watcher searches
-// the events, sorted by key, for its range.
+// event's key, and its prefixes of the lengths watched, are looked up,
+// and each other range watcher searches the events, sorted by key, for
+// its range.
 func (iw *idleWatchers) concerned(events []mvcc.Event) map[*streamWatcher]struct{} {
 	out := make(map[*streamWatcher]struct{})
-	for _, e := range events {
-		for sw := range iw.keys[string(e.KV.Key)] {
+	look := func(set map[*streamWatcher]struct{}, e mvcc.Event) {
+		for sw := range set {
 			if sw.w.Wants(e) {
 				out[sw] = struct{}{}
+			}
+		}
+	}
+	for _, e := range events {
+		look(iw.keys[string(e.KV.Key)], e)
+		for n := range iw.lengths {
+			if n <= len(e.KV.Key) {
+				look(iw.prefixes[string(e.KV.Key[:n])], e)
 			}
 		}
 	}

@@ -24,7 +24,8 @@ func cpuTime(t *testing.T) time.Duration {
 
 // TestWatchFanOutCost: a commit costs what the watchers it concerns
 // cost, not every watcher of the stream: with 10,000 watchers on one
-// stream, each on a key of its own, a write to another key costs
+// stream, each on a key or a prefix of its own, a write to another key
+// costs
 // (client, server and all, in this process) within 3x a write with one
 // watcher, where scanning every watcher at every commit cost some 50x.
 func TestWatchFanOutCost(t *testing.T) {
@@ -33,12 +34,12 @@ func TestWatchFanOutCost(t *testing.T) {
 	}
 	_, cli := startSett(t, "", server.Config{})
 	ctx := ctxT(t)
-	perWrite := func(watchers int) time.Duration {
+	perWrite := func(watchers int, opts ...clientv3.OpOption) time.Duration {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var first clientv3.WatchChan
 		for i := range watchers {
-			ch := cli.Watch(wctx, fmt.Sprintf("/w/%d/%05d", watchers, i), clientv3.WithCreatedNotify())
+			ch := cli.Watch(wctx, fmt.Sprintf("/w/%d/%d/%05d", watchers, len(opts), i), append(opts, clientv3.WithCreatedNotify())...)
 			if i == 0 {
 				first = ch
 			}
@@ -69,11 +70,19 @@ func TestWatchFanOutCost(t *testing.T) {
 		}
 		return (cpuTime(t) - start) / writes
 	}
-	one := perWrite(1)
-	many := perWrite(10_000)
-	t.Logf("CPU per write: %v with one watcher, %v with 10,000 on the stream", one, many)
-	if many > 3*one {
-		t.Errorf("a write with 10,000 watchers of other keys on a stream costs %v of CPU, %.1fx one with a single watcher", many, float64(many)/float64(one))
+	for _, c := range []struct {
+		name string
+		opts []clientv3.OpOption
+	}{
+		{"keys", nil},
+		{"prefixes", []clientv3.OpOption{clientv3.WithPrefix()}},
+	} {
+		one := perWrite(1, c.opts...)
+		many := perWrite(10_000, c.opts...)
+		t.Logf("%s: CPU per write: %v with one watcher, %v with 10,000 on the stream", c.name, one, many)
+		if many > 3*one {
+			t.Errorf("%s: a write with 10,000 watchers of others on a stream costs %v of CPU, %.1fx one with a single watcher", c.name, many, float64(many)/float64(one))
+		}
 	}
 }
 
