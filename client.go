@@ -25,7 +25,7 @@ func clientFlags(endpoints, usage string) []cli.Flag {
 		&cli.DurationFlag{Name: "command-timeout", Usage: "give up after this long (0: never)", EnvVars: []string{"ETCDCTL_COMMAND_TIMEOUT"}},
 		&cli.StringFlag{Name: "cacert", Usage: "verify the server with this CA bundle", EnvVars: []string{"ETCDCTL_CACERT"}},
 		&cli.StringFlag{Name: "cert", Usage: "client certificate for TLS", EnvVars: []string{"ETCDCTL_CERT"}},
-		&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}},
+		secret(&cli.StringFlag{Name: "key", Usage: "client key for TLS", EnvVars: []string{"ETCDCTL_KEY"}}),
 	}
 }
 

@@ -41,6 +41,11 @@ func defrag(c *cli.Context) error {
 	case dir != "" && len(endpoints) > 0:
 		return errors.New("give --data-dir or --endpoints, not both")
 	case dir != "":
+		release, err := embed.LockDataDir(dir)
+		if err != nil {
+			return err
+		}
+		defer release()
 		dir, err := embed.StoreDir(dir)
 		if err != nil {
 			return err

@@ -36,7 +36,7 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		bind(&cli.StringFlag{Name: "data-dir", Usage: "data directory"}, &cfg.DataDir),
 		bind(&cli.StringFlag{Name: "engine", Usage: "storage engine: badger, or tikv (a binary built with -tags tikv)"}, &cfg.Engine),
 		&cli.StringFlag{Name: "tikv-pd-endpoints", Usage: "with --engine tikv: comma-separated PD addresses host:port, or mock://DIR for client-go's in-process mock cluster (trials and tests only)"},
-		bind(&cli.StringFlag{Name: "initial-cluster-token", Usage: "the cluster's name: a new single member derives its member and cluster IDs from it as etcd does; with --engine tikv, members with the same token report the same cluster ID"}, &cfg.InitialClusterToken),
+		bind(secret(&cli.StringFlag{Name: "initial-cluster-token", Usage: "the cluster's name: a new single member derives its member and cluster IDs from it as etcd does; with --engine tikv, members with the same token report the same cluster ID"}), &cfg.InitialClusterToken),
 		&cli.StringFlag{Name: "initial-advertise-peer-urls", Value: strings.Join(cfg.InitialAdvertisePeerURLs, ","), Usage: "comma-separated peer URLs a new single member derives its IDs from, as etcd does, and lists for itself"},
 		bind(&cli.StringFlag{Name: "initial-cluster", Usage: "etcd's name=peer-URL list; a new single member derives its IDs from its own entry, as etcd does (default: --name at --initial-advertise-peer-urls)"}, &cfg.InitialCluster),
 		bind(&cli.DurationFlag{Name: "election-lease", Usage: "with --engine tikv: how long an elected leader holds leadership without renewing it; a leader that stops is replaced after about 1.5x this"}, &cfg.ElectionLease),
@@ -60,9 +60,9 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		&cli.StringFlag{Name: "tls-min-version", Value: strings.ReplaceAll(tls.VersionName(cfg.ClientTLS.MinVersion), " ", ""), Usage: "lowest TLS version accepted: TLS1.2 or TLS1.3"},
 		&cli.StringFlag{Name: "tls-max-version", Usage: "highest TLS version accepted: TLS1.2 or TLS1.3 (default: the highest Go supports)"},
 		bind(&cli.IntFlag{Name: "self-signed-cert-validity", Usage: "years the --auto-tls certificate is valid"}, &cfg.SelfSignedCertValidity),
-		bind(&cli.StringFlag{Name: "auth-token", Usage: "token type: simple, or jwt,pub-key=PATH,priv-key=PATH,sign-method=RS256|ES256|EdDSA|HS256|...,ttl=DURATION (etcd's syntax)"}, &cfg.AuthToken),
+		bind(secret(&cli.StringFlag{Name: "auth-token", Usage: "token type: simple, or jwt,pub-key=PATH,priv-key=PATH,sign-method=RS256|ES256|EdDSA|HS256|...,ttl=DURATION (etcd's syntax)"}), &cfg.AuthToken),
 		&cli.IntFlag{Name: "auth-token-ttl", Value: int(cfg.AuthTokenTTL / time.Second), Usage: "seconds an unused simple token stays valid"},
-		bind(&cli.IntFlag{Name: "bcrypt-cost", Usage: "bcrypt cost of stored passwords (4 to 31)"}, &cfg.BcryptCost),
+		bind(&cli.IntFlag{Name: "bcrypt-cost", Usage: "bcrypt cost of stored passwords (4 to 16; etcd takes up to 31)"}, &cfg.BcryptCost),
 		bind(&cli.BoolFlag{Name: "auto-tls", Usage: "serve TLS with a self-signed certificate when no --cert-file is given"}, &cfg.AutoTLS),
 		bind(&cli.IntFlag{Name: "max-request-bytes", Usage: "largest write request accepted"}, &cfg.MaxRequestBytes),
 		bind(&cli.IntFlag{Name: "max-txn-ops", Usage: "most operations in one txn"}, &cfg.MaxTxnOps),
@@ -101,7 +101,14 @@ func serveFlagsNoEnv(cfg *embed.Config) []cli.Flag {
 		flags = append(flags, &cli.BoolFlag{Name: n, Hidden: true})
 	}
 	for _, n := range values {
-		flags = append(flags, &cli.StringFlag{Name: n, Hidden: true})
+		f := &cli.StringFlag{Name: n, Hidden: true}
+		if namesSecret(n) {
+			// etcd's --discovery-password and the like: unused, and
+			// still not shown.
+			flags = append(flags, secret(f))
+			continue
+		}
+		flags = append(flags, f)
 	}
 	return flags
 }
@@ -113,6 +120,48 @@ func setEnv(f cli.Flag) {
 		vars = append(vars, env("experimental-"+name)...)
 	}
 	setFlagField(f, "EnvVars", vars)
+}
+
+// secretString is a string flag whose value is a secret: sett serve
+// never shows it (/debug/vars shows the command line with it hidden).
+// A flag is marked where it is declared; TestSecretFlags refuses one
+// whose name says it holds a key, secret, password or token and is not.
+type secretString struct{ *cli.StringFlag }
+
+// secret marks f secret.
+func secret(f *cli.StringFlag) cli.Flag { return &secretString{f} }
+
+// secretValues are the values of c's flags marked secret that are set.
+func secretValues(c *cli.Context) []string {
+	flags := c.App.Flags
+	if c.Command != nil {
+		flags = c.Command.Flags
+	}
+	var out []string
+	for _, f := range flags {
+		if _, ok := f.(*secretString); ok && c.IsSet(f.Names()[0]) {
+			out = append(out, c.String(f.Names()[0]))
+		}
+	}
+	return out
+}
+
+// namesSecret reports whether a flag's name says it holds a secret: a
+// word of it is key, secret, password or token, and it does not name a
+// file (-file: the secret is in the file, not its path) or a duration
+// (-ttl).
+func namesSecret(name string) bool {
+	words := strings.Split(name, "-")
+	if last := words[len(words)-1]; last == "file" || last == "ttl" {
+		return false
+	}
+	for _, w := range words {
+		switch w {
+		case "key", "secret", "password", "token":
+			return true
+		}
+	}
+	return false
 }
 
 // bind has f write its value into *p, and take its default from it.

@@ -319,3 +319,43 @@ func TestFlagsReachConfig(t *testing.T) {
 		}
 	}
 }
+
+// secretName: a flag whose name says it holds a key, secret, password or
+// token, not a file's path (-file) or a duration (-ttl); and --user,
+// which holds name:password.
+var secretName = regexp.MustCompile(`^user$|(^|-)(key|secret|password|token)(-[a-z-]+)?$`)
+
+// TestSecretFlags: every flag of every command whose name says it holds
+// a secret is marked secret where it is declared, so that sett serve
+// never shows it; and a marked flag's value reaches the server's secrets.
+func TestSecretFlags(t *testing.T) {
+	var walk func(path string, flags []cli.Flag, cmds []*cli.Command)
+	walk = func(path string, flags []cli.Flag, cmds []*cli.Command) {
+		for _, f := range flags {
+			name := f.Names()[0]
+			if strings.HasSuffix(name, "-file") || strings.HasSuffix(name, "-ttl") || !secretName.MatchString(name) {
+				continue
+			}
+			if _, ok := f.(*secretString); !ok {
+				t.Errorf("%s --%s: its name says it holds a secret, and it is not marked secret", path, name)
+			}
+		}
+		for _, c := range cmds {
+			walk(path+" "+c.Name, c.Flags, c.Subcommands)
+		}
+	}
+	a := app()
+	walk("sett", a.Flags, a.Commands)
+
+	var cfg embed.Config
+	err := (&cli.App{Flags: serveFlagsNoEnv(&cfg), Action: func(c *cli.Context) error {
+		cfg.Secrets = secretValues(c)
+		return nil
+	}}).Run([]string{"sett", "--discovery-password=hunter2", "--initial-cluster-token=tok", "--name=n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Secrets, []string{"tok", "hunter2"}) && !slices.Equal(cfg.Secrets, []string{"hunter2", "tok"}) {
+		t.Errorf("the secrets of --discovery-password=hunter2 --initial-cluster-token=tok --name=n: %q, want hunter2 and tok", cfg.Secrets)
+	}
+}

@@ -61,7 +61,7 @@ func grpcProxyFlags(cfg *proxy.Config, t *proxy.ServerTLS) []cli.Flag {
 		&cli.BoolFlag{Name: "debug", Usage: "log at debug level"},
 
 		bind(&cli.StringFlag{Name: "cert", Usage: "client certificate towards TLS endpoints; its Common Name must be empty"}, &cfg.Upstream.CertFile),
-		bind(&cli.StringFlag{Name: "key", Usage: "key of --cert"}, &cfg.Upstream.KeyFile),
+		bind(secret(&cli.StringFlag{Name: "key", Usage: "key of --cert"}), &cfg.Upstream.KeyFile),
 		bind(&cli.StringFlag{Name: "cacert", Usage: "CA bundle that verifies the endpoints' certificates"}, &cfg.Upstream.CAFile),
 		bind(&cli.BoolFlag{Name: "insecure-skip-tls-verify", Usage: "do not verify the endpoints' certificates (tests only)"}, &cfg.Upstream.InsecureSkipVerify),
 

@@ -131,6 +131,7 @@ func serveConfig(c *cli.Context, cfg *embed.Config) (err error) {
 	if cfg.SnapshotS3, err = s3Config(c); err != nil {
 		return err
 	}
+	cfg.Secrets = secretValues(c)
 	if cfg.LogFormat == "auto" && runsAsEtcd(os.Args[0]) {
 		// Run as etcd, sett writes etcd's JSON lines even on a terminal:
 		// what runs etcd reads them.

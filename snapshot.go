@@ -34,7 +34,7 @@ func snapshotCommand() *cli.Command {
 				Usage:     "fetch a consistent snapshot from a running sett (or etcd-compatible server) into FILE",
 				ArgsUsage: "FILE",
 				Flags: append(clientFlags("127.0.0.1:2379", "the one server to fetch from (host:port, http(s)://host:port, unix://path)"),
-					&cli.StringFlag{Name: "user", Usage: "username[:password] to authenticate as, when the server has auth on (a snapshot needs root)", EnvVars: []string{"ETCDCTL_USER"}},
+					secret(&cli.StringFlag{Name: "user", Usage: "username[:password] to authenticate as, when the server has auth on (a snapshot needs root)", EnvVars: []string{"ETCDCTL_USER"}}),
 					&cli.StringFlag{Name: "format", Value: "sett", Usage: "sett (the server's own stream) or etcd (a bbolt file etcdutl snapshot restore accepts)", EnvVars: []string{"SETT_SNAPSHOT_FORMAT"}},
 				),
 				Action: snapshotSave,
@@ -130,6 +130,15 @@ func snapshotRestore(c *cli.Context) error {
 	dir, err := filepath.Abs(c.String("data-dir"))
 	if err != nil {
 		return err
+	}
+	// A data dir that exists is restored in place: not while a sett
+	// runs on it, or restores into it.
+	if _, err := os.Stat(dir); err == nil {
+		release, err := embed.LockDataDir(dir)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	opts := snapshot.RestoreOptions{
 		Open:          badger.OpenDir,
@@ -245,9 +254,9 @@ func s3Flags(commands bool) []cli.Flag {
 		flag(&cli.StringFlag{Name: "snapshot-s3-endpoint", Value: "s3.amazonaws.com", Usage: "S3 endpoint: host[:port], or an http:// or https:// URL"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-endpoint-ca", Usage: "PEM file of CAs to trust for the endpoint, besides the system's"}),
 		flag(&cli.BoolFlag{Name: "snapshot-s3-skip-ssl-verify", Usage: "trust any certificate the endpoint shows"}),
-		flag(&cli.StringFlag{Name: "snapshot-s3-access-key", Usage: "S3 access key (default: AWS_ACCESS_KEY_ID, ~/.aws/credentials, or the instance's IAM role)"}),
-		flag(&cli.StringFlag{Name: "snapshot-s3-secret-key", Usage: "S3 secret key (default: AWS_SECRET_ACCESS_KEY, ...)"}),
-		flag(&cli.StringFlag{Name: "snapshot-s3-session-token", Usage: "S3 session token, with temporary credentials (default: AWS_SESSION_TOKEN, ...)"}),
+		flag(secret(&cli.StringFlag{Name: "snapshot-s3-access-key", Usage: "S3 access key (default: AWS_ACCESS_KEY_ID, ~/.aws/credentials, or the instance's IAM role)"})),
+		flag(secret(&cli.StringFlag{Name: "snapshot-s3-secret-key", Usage: "S3 secret key (default: AWS_SECRET_ACCESS_KEY, ...)"})),
+		flag(secret(&cli.StringFlag{Name: "snapshot-s3-session-token", Usage: "S3 session token, with temporary credentials (default: AWS_SESSION_TOKEN, ...)"})),
 		flag(&cli.StringFlag{Name: "snapshot-s3-secret-key-file", Usage: "a file holding the S3 secret key, so that it is not on the command line"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-session-token-file", Usage: "a file holding the S3 session token"}),
 		flag(&cli.StringFlag{Name: "snapshot-s3-bucket", Usage: "the bucket (it must exist)"}),

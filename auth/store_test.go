@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -278,5 +279,44 @@ func TestJWTMethods(t *testing.T) {
 		if ai, ok := tokens.Info(context.Background(), tk, 9); !ok || ai.Username != "alice" || ai.Revision != 3 {
 			t.Errorf("%s: token reads as %+v %t", opts, ai, ok)
 		}
+	}
+}
+
+// TestSimpleTokenLoginCost: a login does not read every token the member
+// holds: with a million live tokens it costs within 10x what it costs
+// with none (it read them all to sweep the ones that ran out, some
+// thousands of times as much), and tokens that ran out are still swept.
+func TestSimpleTokenLoginCost(t *testing.T) {
+	now := time.Unix(1000, 0)
+	logins := func(held int) time.Duration {
+		tokens := newSimpleTokens(time.Minute)
+		tokens.now = func() time.Time { return now }
+		for i := range held {
+			tokens.tokens[fmt.Sprintf("held.%d", i)] = simpleToken{user: "bob", expires: now.Add(time.Minute)}
+		}
+		tokens.Assign(context.Background(), "alice", 1) // may sweep once
+		start := time.Now()
+		for range 200 {
+			if _, err := tokens.Assign(context.Background(), "alice", 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	none, many := logins(0), logins(1_000_000)
+	t.Logf("200 logins: %v with no tokens held, %v with a million", none, many)
+	if many > 10*none {
+		t.Errorf("200 logins with a million tokens held took %v, %.0fx as long as with none", many, float64(many)/float64(none))
+	}
+
+	tokens := newSimpleTokens(time.Minute)
+	tokens.now = func() time.Time { return now }
+	for range 100 {
+		tokens.Assign(context.Background(), "alice", 1)
+	}
+	now = now.Add(2 * time.Minute)
+	tokens.Assign(context.Background(), "alice", 1)
+	if n := len(tokens.tokens); n != 1 {
+		t.Errorf("%d tokens held after the others ran out, want 1", n)
 	}
 }

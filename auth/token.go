@@ -69,6 +69,10 @@ type simpleTokens struct {
 
 	mu     sync.Mutex
 	tokens map[string]simpleToken
+	// sweptAt is when the tokens that ran out were last swept, and
+	// swept how many that left.
+	sweptAt time.Time
+	swept   int
 }
 
 type simpleToken struct {
@@ -109,12 +113,18 @@ func (t *simpleTokens) Assign(ctx context.Context, user string, rev uint64) (str
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	// Tokens are made rarely (each costs a bcrypt comparison), so this is
-	// where the ones that ran out are swept.
-	for k, v := range t.tokens {
-		if now.After(v.expires) {
-			delete(t.tokens, k)
+	// The tokens that ran out are swept here, as tokens are made, but a
+	// sweep reads every token: it runs once a ttl has passed since the
+	// last, or once the tokens have doubled, so that a login costs a
+	// constant share of it however many tokens the member holds, and
+	// they stay within twice what the last sweep left and a ttl's logins.
+	if now.Sub(t.sweptAt) >= t.ttl || len(t.tokens) >= 2*max(t.swept, 1024) {
+		for k, v := range t.tokens {
+			if now.After(v.expires) {
+				delete(t.tokens, k)
+			}
 		}
+		t.sweptAt, t.swept = now, len(t.tokens)
 	}
 	t.tokens[token] = simpleToken{user: user, expires: now.Add(t.ttl)}
 	return token, nil

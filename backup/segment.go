@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/settdb/sett/snapshot"
 )
 
 // A segment is a delta object's content before compression:
@@ -115,7 +117,7 @@ const maxSegmentBytes = 4 << 30
 // name says, and no length it claims is allocated before its bytes are
 // read.
 func decodeSegment(r io.Reader, d delta) (*segmentReader, error) {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+	zr, err := snapshot.NewZstdReader(r)
 	if err != nil {
 		return nil, err
 	}

@@ -199,3 +199,67 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(sorted))+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
+
+// BenchmarkWatchOneStream is many watchers on one stream, as clientv3
+// puts every watch of a client on one: 10,000 watchers, each of a key of
+// its own, while one writer puts to those keys at 1,000 puts per second.
+// Each put concerns one watcher, so what grows with the watchers is what
+// a commit costs the others. It reports the process's CPU per event
+// (server and client alike) and the rate reached; run on both systems,
+// sett's against etcd's in the same run.
+func BenchmarkWatchOneStream(b *testing.B) {
+	const watchers, rate, puts = 10_000, 1000, 2000
+	each(b, func(b *testing.B, s *system) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		watchdog := time.AfterFunc(watchTimeout, cancel)
+		defer watchdog.Stop()
+		prefix := fmt.Sprintf("/registry/bench/onestream/%d/", seq.Add(1))
+		cli, err := newClient(s.cli.Endpoints()[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cli.Close()
+		received := make(chan int, watchers)
+		for i := range watchers {
+			wch := cli.Watch(ctx, fmt.Sprintf("%s%05d", prefix, i), clientv3.WithCreatedNotify())
+			if r := <-wch; !r.Created {
+				b.Fatalf("watcher %d: %v", i, r.Err())
+			}
+			go func() {
+				for r := range wch {
+					if len(r.Events) > 0 {
+						received <- len(r.Events)
+					}
+				}
+			}()
+		}
+		runtime.GC()
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		cpu0 := cpuTime()
+		rounds := 0
+		for b.Loop() {
+			rounds++
+			for i := range puts {
+				<-tick.C
+				if _, err := s.cli.Put(ctx, fmt.Sprintf("%s%05d", prefix, (i*7919)%watchers), "v"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for got := 0; got < puts; {
+				select {
+				case n := <-received:
+					got += n
+				case <-ctx.Done():
+					b.Fatalf("%d events of %d puts after %v", got, puts, watchTimeout)
+				}
+			}
+		}
+		elapsed := b.Elapsed()
+		cpu := cpuTime() - cpu0
+		events := rounds * puts
+		b.ReportMetric(float64(events)/elapsed.Seconds(), "puts/s")
+		b.ReportMetric((cpu/time.Duration(events)).Seconds()*1e6, "cpu-µs/event")
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,7 +102,7 @@ type Config struct {
 	// "jwt,pub-key=PATH,priv-key=PATH,sign-method=...,ttl=..."
 	// (--auth-token, simple). AuthTokenTTL is how long an unused simple
 	// token stays valid (--auth-token-ttl, 300 seconds). BcryptCost is
-	// the cost of stored passwords, 4 to 31; out of that range, 10
+	// the cost of stored passwords, 4 to MaxBcryptCost; below 4, 10
 	// (--bcrypt-cost, 10).
 	AuthToken    string
 	AuthTokenTTL time.Duration
@@ -195,13 +196,20 @@ type Config struct {
 	BackupFullInterval time.Duration
 	BackupRetention    int
 	// BackupRestoreEmpty (--backup-restore-empty) has a server whose data
-	// dir is empty, a node that lost its disk, restore the newest point
+	// dir is empty (a volume's lost+found aside), a node that lost its
+	// disk, or holds a restore that did not finish, restore the newest point
 	// of the continuous backup in SnapshotS3 before it serves, so that it
 	// recovers by itself; a bucket that holds no backup yet starts an
 	// empty store, and a chain with a revision missing is refused with
 	// that revision named. A data dir that is not empty is served as it
 	// is. Badger only: TiKV keeps no data in the data dir.
 	BackupRestoreEmpty bool
+
+	// Secrets are values the server never shows, besides SnapshotS3's
+	// secret key and session token: /debug/vars shows the command line
+	// with each hidden. The sett command sets it to the values of its
+	// flags marked secret.
+	Secrets []string
 
 	// Logger receives the server's log. Nil: one built from LogLevel
 	// ("debug", "info", "warn" or "error"; --log-level, info), LogFormat
@@ -259,12 +267,18 @@ func NewConfig() Config {
 	}
 }
 
+// MaxBcryptCost is the highest --bcrypt-cost accepted. etcd accepts up to
+// bcrypt's 31, at which one password takes days of a core to hash and
+// each login as long to check.
+const MaxBcryptCost = 16
+
 // secrets are the values of c that the server must never show.
 func (c Config) secrets() []string {
-	if c.SnapshotS3 == nil {
-		return nil
+	out := slices.Clone(c.Secrets)
+	if c.SnapshotS3 != nil {
+		out = append(out, c.SnapshotS3.SecretKey, c.SnapshotS3.SessionToken)
 	}
-	return []string{c.SnapshotS3.SecretKey, c.SnapshotS3.SessionToken}
+	return out
 }
 
 // Validate refuses a configuration sett cannot honour, with the reason,
@@ -290,6 +304,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := server.ParseCORS(strings.Join(c.CORS, ",")); err != nil {
 		return err
+	}
+	if c.BcryptCost > MaxBcryptCost {
+		return fmt.Errorf("--bcrypt-cost %d: at most %d (each step doubles the CPU of every password hashed and of every login, which anyone may attempt: 16 takes seconds of a core, 31 days)", c.BcryptCost, MaxBcryptCost)
 	}
 	if c.MaxConcurrentStreams == 0 {
 		return fmt.Errorf("--max-concurrent-streams 0: want 1 to %d", uint64(1<<32-1))

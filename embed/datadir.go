@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/etcddir"
 	"github.com/settdb/sett/internal/progress"
+	"github.com/settdb/sett/snapshot"
 )
 
 // ErrForeignDataDir is returned by Start for a data dir that holds
@@ -36,10 +36,6 @@ const (
 	dirEtcd            // an etcd member only
 )
 
-// ignored are entries a data dir may hold without holding anything: a
-// volume's lost+found.
-var ignored = []string{"lost+found"}
-
 // classify says what the data dir holds.
 func classify(dir string) (dirKind, error) {
 	entries, err := os.ReadDir(dir)
@@ -53,7 +49,7 @@ func classify(dir string) (dirKind, error) {
 	member := false
 	for _, e := range entries {
 		switch {
-		case slices.Contains(ignored, e.Name()):
+		case snapshot.Ignorable(e.Name()):
 			continue
 		case e.Name() == "member" && e.IsDir():
 			member = true

@@ -96,6 +96,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := makeDir(dir); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	release, err := LockDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.undo = append(s.undo, release)
 	mem := newBudget(cfg.MemoryLimit)
 	ringBytes := mem.ringBytes
 	if cfg.WatchRingBytes > 0 {
@@ -149,8 +154,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.undo = append(s.undo, st.close)
 	db := st.eng
 	// Snapshots in etcd's format are built in <data-dir>/tmp; what a
-	// crash left there is of no use. The engine holds the data dir's
-	// lock by now, so no other sett is using it.
+	// crash left there is of no use. Start holds the data dir's lock, so
+	// no other sett is using it.
 	os.RemoveAll(filepath.Join(dir, "tmp"))
 	hub := watch.NewHub(watch.Options{RingEvents: cfg.WatchRingEvents, RingBytes: ringBytes})
 	// On a shared engine (TiKV) this member is one of several: it leads

@@ -160,6 +160,7 @@ func TestValidate(t *testing.T) {
 		{func(c *embed.Config) { c.LogFormat = "xml" }, `--log-format "xml"`},
 		{func(c *embed.Config) { c.ListenClientURLs = nil }, "no client URL"},
 		{func(c *embed.Config) { c.DataDir = "" }, "no data directory"},
+		{func(c *embed.Config) { c.BcryptCost = 31 }, "--bcrypt-cost 31"},
 	} {
 		cfg := embed.NewConfig()
 		cfg.DataDir = dir

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/settdb/sett/backup"
 	"github.com/settdb/sett/engine/badger"
@@ -13,14 +12,23 @@ import (
 )
 
 // restoreEmpty restores the newest point of the continuous backup in
-// bucket into dir if dir is empty or missing (Config.BackupRestoreEmpty).
+// bucket into dir if dir is empty (a volume's lost+found counts as
+// nothing: a node that lost its disk is given a newly formatted one) or
+// missing, or holds a restore that did not finish
+// (Config.BackupRestoreEmpty).
 func restoreEmpty(ctx context.Context, bucket *snapshot.Bucket, dir string, log *slog.Logger) error {
-	if entries, err := os.ReadDir(dir); len(entries) > 0 {
-		return nil
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	empty, err := snapshot.Empty(dir)
+	if err != nil {
+		return fmt.Errorf("read data dir: %w", err)
 	}
-	log.Info("the data dir is empty: restoring the continuous backup's newest point", "data_dir", dir, "bucket", bucket.Path(backup.Root))
+	switch {
+	case snapshot.Unfinished(dir):
+		log.Warn("a restore into the data dir did not finish: restoring the continuous backup's newest point again", "data_dir", dir, "bucket", bucket.Path(backup.Root))
+	case empty:
+		log.Info("the data dir is empty: restoring the continuous backup's newest point", "data_dir", dir, "bucket", bucket.Path(backup.Root))
+	default:
+		return nil
+	}
 	res, err := backup.Restore(ctx, bucket, dir, backup.Point{}, backup.RestoreOptions{Open: badger.OpenDir, Log: log})
 	if errors.Is(err, backup.ErrNoPoint) {
 		log.Warn("the bucket holds no backup yet: starting an empty store", "bucket", bucket.Path(backup.Root), "reason", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/settdb/sett/auth"
 )
@@ -102,18 +103,40 @@ func (a *authServer) hash(password, hashed string) ([]byte, error) {
 	return a.s.auth.HashPassword(password)
 }
 
+// checkLength refuses a password bcrypt cannot hash, with bcrypt's error,
+// as etcd does before it checks anything else. etcd then hashes before
+// it checks the caller may make the change; sett hashes after (see
+// UserAdd), so the one refusal etcd makes before the permission check
+// is made here, without bcrypt's cost.
+func checkLength(password string) error {
+	if len(password) > 72 {
+		_, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		return err
+	}
+	return nil
+}
+
+// UserAdd hashes the password only once the caller is known to be
+// allowed to add a user: etcd hashes first, so there any anonymous
+// request costs a bcrypt at --bcrypt-cost. The answer a client sees is
+// etcd's either way.
 func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
 	noPassword := r.Options != nil && r.Options.NoPassword
-	var hash []byte
 	if !noPassword {
-		var err error
-		// Hash before the admin check, as etcd does: bcrypt's cost is
-		// paid by every caller alike.
-		if hash, err = a.s.auth.HashPassword(r.Password); err != nil {
+		if err := checkLength(r.Password); err != nil {
 			return nil, toGRPC(err)
 		}
 	}
-	return change(ctx, a, func() error { return a.s.auth.UserAdd(ctx, r.Name, hash, noPassword) },
+	return change(ctx, a, func() error {
+		var hash []byte
+		if !noPassword {
+			var err error
+			if hash, err = a.s.auth.HashPassword(r.Password); err != nil {
+				return err
+			}
+		}
+		return a.s.auth.UserAdd(ctx, r.Name, hash, noPassword)
+	},
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserAddResponse, error) {
 			return c.UserAdd(fctx, r)
 		},
@@ -128,12 +151,21 @@ func (a *authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest
 		&pb.AuthUserDeleteResponse{Header: &pb.ResponseHeader{}})
 }
 
+// UserChangePassword hashes the password once the caller is allowed,
+// as UserAdd does.
 func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	hash, err := a.hash(r.Password, r.HashedPassword)
-	if err != nil {
-		return nil, toGRPC(err)
+	if r.Password != "" || r.HashedPassword == "" {
+		if err := checkLength(r.Password); err != nil {
+			return nil, toGRPC(err)
+		}
 	}
-	return change(ctx, a, func() error { return a.s.auth.UserChangePassword(ctx, r.Name, hash) },
+	return change(ctx, a, func() error {
+		hash, err := a.hash(r.Password, r.HashedPassword)
+		if err != nil {
+			return err
+		}
+		return a.s.auth.UserChangePassword(ctx, r.Name, hash)
+	},
 		func(c pb.AuthClient, fctx context.Context) (*pb.AuthUserChangePasswordResponse, error) {
 			return c.UserChangePassword(fctx, r)
 		},

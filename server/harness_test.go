@@ -94,6 +94,12 @@ func serveOnTokens(t testing.TB, dir string, db engine.Engine, cfg server.Config
 // does: the transport, the server on it, the listeners, then Serve.
 func serveOnNet(t testing.TB, dir string, db engine.Engine, cfg server.Config, tc transport.Config, wo watch.Options, tokenOpts string) (*instance, *clientv3.Client) {
 	t.Helper()
+	return serveOnNetCost(t, dir, db, cfg, tc, wo, tokenOpts, bcrypt.MinCost)
+}
+
+// serveOnNetCost is serveOnNet hashing new passwords at bcrypt's cost.
+func serveOnNetCost(t testing.TB, dir string, db engine.Engine, cfg server.Config, tc transport.Config, wo watch.Options, tokenOpts string, cost int) (*instance, *clientv3.Client) {
+	t.Helper()
 	hub := watch.NewHub(wo)
 	store, err := mvcc.Open(db, mvcc.Options{Logger: quietLogger(), Listener: hub})
 	if err != nil {
@@ -115,7 +121,7 @@ func serveOnNet(t testing.TB, dir string, db engine.Engine, cfg server.Config, t
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.Auth, err = auth.Open(store, tokens, bcrypt.MinCost); err != nil {
+		if cfg.Auth, err = auth.Open(store, tokens, cost); err != nil {
 			t.Fatal(err)
 		}
 	}

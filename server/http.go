@@ -18,25 +18,25 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// handler serves what etcd serves over HTTP on its client and metrics
-// ports: /health (etcd's JSON), /livez and /readyz (3.5+ style),
-// /version, /metrics and /debug/vars.
+// metricsHandler serves what etcd serves on its metrics URLs: /metrics,
+// /health (etcd's JSON), /livez and /readyz (3.5+ style), and nothing
+// else. A metrics URL is the one left open to a monitoring network, so
+// neither /debug/vars nor pprof is on it.
+func (s *Server) metricsHandler() *http.ServeMux {
+	mux := http.NewServeMux()
+	s.handleMetrics(mux)
+	return mux
+}
+
+// handler serves what etcd serves over HTTP on its client URLs: what
+// metricsHandler serves, /version and /debug/vars, and pprof if enabled.
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/health", s.handleHealth)
-	s.installChecks(mux, "livez", map[string]check{"serializable_read": s.checkRead})
-	s.installChecks(mux, "readyz", map[string]check{
-		"data_corruption":   func(context.Context) error { return nil },
-		"serializable_read": s.checkRead,
-		"linearizable_read": s.checkRead,
-		"non_learner":       func(context.Context) error { return nil },
-		"write":             s.checkWrite,
-	})
+	s.handleMetrics(mux)
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"etcdserver":%q,"etcdcluster":%q,"storage":%q}`, Version, clusterVersion, StorageVersion)
 	})
-	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(s.metrics.registry, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	// Go's expvar, which etcd serves on every client URL, GET only.
 	mux.HandleFunc("/debug/vars", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
@@ -53,6 +53,20 @@ func (s *Server) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// handleMetrics adds /metrics and the health endpoints to mux.
+func (s *Server) handleMetrics(mux *http.ServeMux) {
+	mux.HandleFunc("/health", s.handleHealth)
+	s.installChecks(mux, "livez", map[string]check{"serializable_read": s.checkRead})
+	s.installChecks(mux, "readyz", map[string]check{
+		"data_corruption":   func(context.Context) error { return nil },
+		"serializable_read": s.checkRead,
+		"linearizable_read": s.checkRead,
+		"non_learner":       func(context.Context) error { return nil },
+		"write":             s.checkWrite,
+	})
+	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(s.metrics.registry, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 }
 
 // serveVars serves Go's expvar as expvar.Handler does, but with the

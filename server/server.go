@@ -179,8 +179,9 @@ type Server struct {
 	lessor *ttl.Lessor
 	auth   *auth.Store
 
-	// http serves the client URLs' HTTP: the JSON gateway and what
-	// metricsHTTP serves; metricsHTTP serves --listen-metrics-urls.
+	// http serves the client URLs' HTTP: the JSON gateway, /version,
+	// /debug/vars, pprof if enabled, and what metricsHTTP serves;
+	// metricsHTTP serves --listen-metrics-urls: /metrics and health only.
 	http        http.Handler
 	metricsHTTP http.Handler
 	// clientHTTP is http behind --cors and --host-whitelist, as the
@@ -347,22 +348,22 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	loop, err := newLoopback(cfg.Transport, cfg.MaxRequestBytes)
+	loop, err := newLoopback(cfg.Transport)
 	if err != nil {
 		return nil, fmt.Errorf("in-process connection: %w", err)
 	}
 	s.loop, s.recipes = loop, newRecipeClient(loop)
 	epb.RegisterElectionServer(s.grpc, &electionServer{s: s, c: s.recipes})
 	lpb.RegisterLockServer(s.grpc, &lockServer{c: s.recipes})
-	s.metricsHTTP = s.handler()
-	s.http = s.metricsHTTP
+	s.metricsHTTP = s.metricsHandler()
+	s.http = s.handler()
 	if !cfg.DisableGateway {
 		gateway, err := s.gateway()
 		if err != nil {
 			loop.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
-		s.http = withGateway(gateway, s.metricsHTTP)
+		s.http = withGateway(gateway, s.http)
 	}
 	s.clientHTTP = s.accessControl(s.http)
 	// Every method's series from the start, at zero, as etcd has them.

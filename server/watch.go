@@ -48,7 +48,7 @@ func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	if requireLeader {
 		go ws.s.monitorLeader(ctx, cancel)
 	}
-	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher), kick: make(chan struct{}, 1)}
+	st := &watchStream{s: ws.s, hub: ws.s.hub, grpc: stream, ctx: ctx, watchers: make(map[int64]*streamWatcher), loose: make(map[*streamWatcher]struct{}), kick: make(chan struct{}, 1)}
 	ws.s.metrics.watchStreams.Inc()
 	defer ws.s.metrics.watchStreams.Dec()
 	defer func() {
@@ -175,6 +175,157 @@ type watchStream struct {
 	watchers       map[int64]*streamWatcher
 	nextID         int64
 	progressWanted bool
+	// idle are the watchers that have every event before idleNext (or
+	// a cursor past it), indexed by what they watch: a pass of the pump
+	// looks up the keys the new revisions wrote and steps only the
+	// watchers they concern, rather than every watcher of the stream at
+	// every commit. The others need nothing: they have every event
+	// before the new idleNext. etcd's synced watcher group, which an
+	// interval tree indexes, does the same.
+	idle idleWatchers
+	// loose are the other watchers, each stepped from its own cursor:
+	// new ones, ones a revision concerned, ones behind the ring.
+	loose map[*streamWatcher]struct{}
+}
+
+// idleWatchers indexes idle watchers: of one key by the key, of a
+// prefix (clientv3's WithPrefix) by the prefix, and of any other range
+// in a set whose members are each checked against a pass's keys.
+type idleWatchers struct {
+	next     int64
+	keys     watcherIndex
+	prefixes watcherIndex
+	// lengths counts the prefixes of each length: an event's key is
+	// looked up at those lengths only.
+	lengths map[int]int
+	ranges  map[*streamWatcher]struct{}
+	n       int
+}
+
+// watcherIndex is watchers by a key or prefix.
+type watcherIndex map[string]map[*streamWatcher]struct{}
+
+func (x *watcherIndex) add(k []byte, sw *streamWatcher) {
+	if *x == nil {
+		*x = make(watcherIndex)
+	}
+	set := (*x)[string(k)]
+	if set == nil {
+		set = make(map[*streamWatcher]struct{})
+		(*x)[string(k)] = set
+	}
+	set[sw] = struct{}{}
+}
+
+func (x watcherIndex) remove(k []byte, sw *streamWatcher) {
+	if set := x[string(k)]; set != nil {
+		delete(set, sw)
+		if len(set) == 0 {
+			delete(x, string(k))
+		}
+	}
+}
+
+// isPrefix reports whether [key, end) is every key with prefix key, the
+// range clientv3's WithPrefix asks for.
+func isPrefix(key, end []byte) bool {
+	return len(end) > 0 && bytes.Equal(end, prefixEnd(key))
+}
+
+// prefixEnd is clientv3.GetPrefixRangeEnd: key with its
+// last byte below 0xff incremented and what follows it dropped.
+func prefixEnd(key []byte) []byte {
+	end := bytes.Clone(key)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return []byte{0}
+}
+
+func (iw *idleWatchers) add(sw *streamWatcher) {
+	sw.idle = true
+	iw.n++
+	key, end := sw.w.Range()
+	switch {
+	case end == nil:
+		iw.keys.add(key, sw)
+	case isPrefix(key, end):
+		iw.prefixes.add(key, sw)
+		if iw.lengths == nil {
+			iw.lengths = make(map[int]int)
+		}
+		iw.lengths[len(key)]++
+	default:
+		if iw.ranges == nil {
+			iw.ranges = make(map[*streamWatcher]struct{})
+		}
+		iw.ranges[sw] = struct{}{}
+	}
+}
+
+func (iw *idleWatchers) remove(sw *streamWatcher) {
+	if !sw.idle {
+		return
+	}
+	sw.idle = false
+	iw.n--
+	key, end := sw.w.Range()
+	switch {
+	case end == nil:
+		iw.keys.remove(key, sw)
+	case isPrefix(key, end):
+		iw.prefixes.remove(key, sw)
+		if iw.lengths[len(key)]--; iw.lengths[len(key)] == 0 {
+			delete(iw.lengths, len(key))
+		}
+	default:
+		delete(iw.ranges, sw)
+	}
+}
+
+// concerned returns the idle watchers that want any of events: each
+// event's key, and its prefixes of the lengths watched, are looked up,
+// and each other range watcher searches the events, sorted by key, for
+// its range.
+func (iw *idleWatchers) concerned(events []mvcc.Event) map[*streamWatcher]struct{} {
+	out := make(map[*streamWatcher]struct{})
+	look := func(set map[*streamWatcher]struct{}, e mvcc.Event) {
+		for sw := range set {
+			if sw.w.Wants(e) {
+				out[sw] = struct{}{}
+			}
+		}
+	}
+	for _, e := range events {
+		look(iw.keys[string(e.KV.Key)], e)
+		for n := range iw.lengths {
+			if n <= len(e.KV.Key) {
+				look(iw.prefixes[string(e.KV.Key[:n])], e)
+			}
+		}
+	}
+	if len(iw.ranges) == 0 {
+		return out
+	}
+	sorted := slices.Clone(events)
+	slices.SortStableFunc(sorted, func(a, b mvcc.Event) int { return bytes.Compare(a.KV.Key, b.KV.Key) })
+	for sw := range iw.ranges {
+		key, end := sw.w.Range()
+		i, _ := slices.BinarySearchFunc(sorted, key, func(e mvcc.Event, k []byte) int { return bytes.Compare(e.KV.Key, k) })
+		for ; i < len(sorted); i++ {
+			if len(end) > 0 && bytes.Compare(sorted[i].KV.Key, end) >= 0 {
+				break
+			}
+			if sw.w.Wants(sorted[i]) {
+				out[sw] = struct{}{}
+				break
+			}
+		}
+	}
+	return out
 }
 
 type streamWatcher struct {
@@ -193,6 +344,26 @@ type streamWatcher struct {
 	// ended is set when compaction overtook the watcher. As in etcd it
 	// stays on the stream, never synced, until the client cancels it.
 	ended atomic.Bool
+	// idle is set while the watcher is in the stream's idle watchers,
+	// under the stream's mu.
+	idle bool
+}
+
+// throughOf is the revision up to which every event of sw has been sent:
+// an idle watcher has all before the stream's idle cursor. Under mu.
+func (st *watchStream) throughOf(sw *streamWatcher) int64 {
+	t := sw.through.Load()
+	if sw.idle {
+		t = max(t, st.idle.next-1)
+	}
+	return t
+}
+
+// forget drops sw from the stream's sets. Under mu.
+func (st *watchStream) forget(sw *streamWatcher) {
+	delete(st.watchers, sw.id)
+	delete(st.loose, sw)
+	st.idle.remove(sw)
 }
 
 // send sends one response. It blocks while gRPC holds as much of the
@@ -311,6 +482,7 @@ func (st *watchStream) create(r *pb.WatchCreateRequest) error {
 	}
 	sw.through.Store(sw.w.Cursor() - 1)
 	st.watchers[id] = sw
+	st.loose[sw] = struct{}{}
 	st.mu.Unlock()
 	st.s.metrics.watchers.Inc()
 	if err := st.send(&pb.WatchResponse{Header: st.header(), WatchId: id, Created: true}); err != nil {
@@ -332,7 +504,9 @@ func (st *watchStream) cancelWatch(id int64) error {
 	defer st.stepMu.Unlock()
 	st.mu.Lock()
 	sw := st.watchers[id]
-	delete(st.watchers, id)
+	if sw != nil {
+		st.forget(sw)
+	}
 	st.mu.Unlock()
 	if sw == nil {
 		return nil
@@ -377,8 +551,9 @@ func (st *watchStream) pump(interval time.Duration) {
 	for {
 		head, changed := st.hub.Head()
 		st.mu.Lock()
-		ready := make([]*streamWatcher, 0, len(st.watchers))
-		for _, sw := range st.watchers {
+		st.passIdle(head)
+		ready := make([]*streamWatcher, 0, len(st.loose))
+		for sw := range st.loose {
 			if !sw.ended.Load() && sw.w.Cursor() <= head {
 				ready = append(ready, sw)
 			}
@@ -390,6 +565,14 @@ func (st *watchStream) pump(interval time.Duration) {
 				return
 			}
 		}
+		st.mu.Lock()
+		for sw := range st.loose {
+			if !sw.ended.Load() && sw.w.Cursor() >= st.idle.next {
+				delete(st.loose, sw)
+				st.idle.add(sw)
+			}
+		}
+		st.mu.Unlock()
 		if err := st.maybeProgress(); err != nil {
 			return
 		}
@@ -416,6 +599,40 @@ func (st *watchStream) pump(interval time.Duration) {
 	}
 }
 
+// passIdle brings the idle watchers to head: those the revisions since
+// the idle cursor concern become loose, at the idle cursor, to be
+// stepped; the others have every event up to head. If the ring no
+// longer holds those revisions, all become loose. Under mu.
+func (st *watchStream) passIdle(head int64) {
+	iw := &st.idle
+	if iw.n == 0 || iw.next > head {
+		if iw.n == 0 {
+			iw.next = head + 1
+		}
+		return
+	}
+	loosen := func(sw *streamWatcher) {
+		iw.remove(sw)
+		sw.w.Skip(iw.next)
+		sw.through.Store(max(sw.through.Load(), iw.next-1))
+		st.loose[sw] = struct{}{}
+	}
+	events, ok := st.hub.Events(iw.next, head)
+	if !ok {
+		for _, sw := range st.watchers {
+			if sw.idle {
+				loosen(sw)
+			}
+		}
+		iw.next = head + 1
+		return
+	}
+	for sw := range iw.concerned(events) {
+		loosen(sw)
+	}
+	iw.next = head + 1
+}
+
 // step sends one watcher's next events, which exist since its cursor is
 // at or below head.
 func (st *watchStream) step(sw *streamWatcher, head int64) error {
@@ -436,7 +653,7 @@ func (st *watchStream) step(sw *streamWatcher, head int64) error {
 		}
 		st.s.log.Error("watch failed", "watch_id", sw.id, "error", err)
 		st.mu.Lock()
-		delete(st.watchers, sw.id)
+		st.forget(sw)
 		st.mu.Unlock()
 		sw.canceled = true
 		sw.w.Close()
@@ -498,8 +715,8 @@ func (st *watchStream) sendEvents(r *pb.WatchResponse, fragment bool) error {
 // synced reports whether a watcher has sent everything up to head and
 // its start revision is not in the future, etcd's condition for a
 // progress notification.
-func (sw *streamWatcher) synced(head int64) bool {
-	return !sw.ended.Load() && sw.through.Load() >= head && (sw.start <= 0 || head >= sw.start)
+func (st *watchStream) synced(sw *streamWatcher, head int64) bool {
+	return !sw.ended.Load() && st.throughOf(sw) >= head && (sw.start <= 0 || head >= sw.start)
 }
 
 // maybeProgress answers a pending RequestProgress once every watcher of
@@ -519,7 +736,7 @@ func (st *watchStream) maybeProgress() error {
 	}
 	head := st.hub.Rev()
 	for _, sw := range st.watchers {
-		if !sw.synced(head) {
+		if !st.synced(sw, head) {
 			st.mu.Unlock()
 			return nil
 		}
@@ -537,7 +754,7 @@ func (st *watchStream) notifyProgress(head int64) error {
 	st.mu.Lock()
 	var due []int64
 	for id, sw := range st.watchers {
-		if sw.progressNotify && sw.quiet.Swap(true) && sw.synced(head) {
+		if sw.progressNotify && sw.quiet.Swap(true) && st.synced(sw, head) {
 			due = append(due, id)
 		}
 	}

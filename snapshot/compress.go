@@ -12,6 +12,21 @@ import (
 // Compressed snapshots are zstd frames holding the whole file; restore,
 // status and conversion read them as they are.
 
+// maxWindow bounds the window a zstd frame may ask its reader to
+// allocate: sett's encoders use 8 MiB at most (4 MiB at SpeedFastest, a
+// single-segment frame no more than its content), as zstd's command line
+// does below level 20 without --long. A frame's header is read before
+// anything it holds, so a header that asks for more (the decoder's own
+// limit is 512 MiB) is refused before a small object makes the reader
+// allocate it.
+const maxWindow = 8 << 20
+
+// NewZstdReader reads the zstd stream r on the caller's goroutine, with
+// a window of at most 8 MiB (see maxWindow); Close releases it.
+func NewZstdReader(r io.Reader) (*zstd.Decoder, error) {
+	return zstd.NewReader(r, zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+}
+
 // zstdMagic starts every zstd frame.
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
@@ -51,7 +66,7 @@ func Decompressed(path, scratch string) (plain string, done func(), err error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", nil, err
 	}
-	zr, err := zstd.NewReader(f)
+	zr, err := NewZstdReader(f)
 	if err != nil {
 		return "", nil, err
 	}

@@ -30,28 +30,16 @@ type RestoreOptions struct {
 
 // Restore restores the snapshot at path, of either format and compressed
 // or not, into the data directory dir, which must not exist or be empty
-// (etcdutl's rule). The store is built beside dir and renamed into place
-// once whole (see CheckRestored), so a failed or stopped restore leaves no
-// half-filled data directory.
+// (etcdutl's rule; a volume's lost+found is no content). The store is
+// built beside dir and renamed into place once whole, or, if dir exists,
+// built in it marked unfinished (see CheckRestored), so a failed or
+// stopped restore leaves no half-filled data directory that looks whole.
 func Restore(path, dir string, opts RestoreOptions) (BackupInfo, error) {
 	tmp, err := beginRestore(dir)
 	if err != nil {
 		return BackupInfo{}, err
 	}
 	return restoreInto(path, dir, tmp, opts, nil)
-}
-
-// beginRestore checks that dir is empty or missing and begins the
-// directory a restore into it builds (see beginAside).
-func beginRestore(dir string) (string, error) {
-	entries, err := os.ReadDir(dir)
-	if len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("data-dir %q not empty or could not be read", dir)
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return "", err
-	}
-	return beginAside(dir)
 }
 
 // restoreInto restores the snapshot at path into tmp, runs then (if not
@@ -61,7 +49,7 @@ func beginRestore(dir string) (string, error) {
 func restoreInto(path, dir, tmp string, opts RestoreOptions, then func(tmp string) error) (info BackupInfo, err error) {
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			err = errors.Join(err, abandon(tmp, dir))
 		}
 	}()
 	log := opts.Log
@@ -137,8 +125,7 @@ func RestoreFromBucketThen(ctx context.Context, bucket *Bucket, name, dir string
 		opts.Log.Info("downloading snapshot", "name", name, "bucket", bucket.String(), "to", path)
 	}
 	if err := bucket.Download(ctx, name, path); err != nil {
-		os.RemoveAll(tmp)
-		return BackupInfo{}, err
+		return BackupInfo{}, errors.Join(err, abandon(tmp, dir))
 	}
 	defer os.Remove(path)
 	return restoreInto(path, dir, tmp, opts, then)

@@ -11,16 +11,23 @@ import (
 	"github.com/settdb/sett/internal/harness"
 )
 
-// TestSecretsNotShown: the S3 secret key given on the command line is not in what sett serves without credentials (Go's
-// expvar on the client and metrics URLs shows the command line, with
-// them hidden) nor in its log.
+// TestSecretsNotShown: the S3 secret key, or any flag marked secret,
+// given on the command line is not in what sett serves without credentials (Go's expvar on the client
+// URLs shows the command line, with it hidden; the metrics URL serves no
+// expvar) nor in its log.
 func TestSecretsNotShown(t *testing.T) {
 	s3 := harness.StartS3(t, "snaps")
 	metrics := harness.FreeAddr(t)
 	c := startChild(t, t.TempDir(), harness.FreeAddr(t), append(s3Args(s3, s3.Endpoint),
 		"--listen-metrics-urls", "http://"+metrics,
+		"--discovery-password", "discovery-hunter2",
 		"--snapshot-schedule-cron", "@every 1h")...)
-	for _, addr := range []string{c.addr, metrics} {
+	if resp, err := http.Get("http://" + metrics + "/debug/vars"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the metrics URL's /debug/vars = %d, want 404", resp.StatusCode)
+	}
+	for _, addr := range []string{c.addr} {
 		resp, err := http.Get("http://" + addr + "/debug/vars")
 		if err != nil {
 			t.Fatal(err)
@@ -35,6 +42,9 @@ func TestSecretsNotShown(t *testing.T) {
 		}
 		if strings.Contains(string(body), s3.SecretKey) {
 			t.Errorf("%s/debug/vars shows the secret key", addr)
+		}
+		if strings.Contains(string(body), "discovery-hunter2") {
+			t.Errorf("%s/debug/vars shows --discovery-password", addr)
 		}
 	}
 	c.stop()

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -352,7 +353,13 @@ func SelfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 			return files, nil
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirDurable(dir); err != nil {
+		return files, err
+	}
+	// A power cut while the pair was written can leave the key without
+	// the certificate: the certificate, written last, says the key is
+	// whole, so a lone key (or a lone certificate) is made again.
+	if err := os.Remove(files.CertFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return files, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -387,10 +394,71 @@ func SelfSigned(dir string, hosts []string, years int) (TLSFiles, error) {
 	if err != nil {
 		return files, err
 	}
-	if err := os.WriteFile(files.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := writeDurable(files.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return files, err
 	}
-	return files, os.WriteFile(files.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return files, writeDurable(files.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+// writeDurable writes data to path as a whole or not at all, and so that
+// a power cut after it returns keeps it: written beside path, synced,
+// renamed into place, and the directory synced.
+func writeDurable(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".part-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // gone once renamed
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// mkdirDurable makes dir and any parent missing, each one's name synced
+// into the directory that holds it.
+func mkdirDurable(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := mkdirDurable(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+// syncDir makes the names in dir durable. Windows cannot flush a
+// directory: FlushFileBuffers wants a handle open for writing, which a
+// directory's is not.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // checkClientFiles refuses, as etcd does, a client certificate without

@@ -232,6 +232,47 @@ func (w *Watcher) Next(ctx context.Context) (events []mvcc.Event, through int64,
 // Cursor returns the next revision the watcher needs.
 func (w *Watcher) Cursor() int64 { return w.next }
 
+// Skip moves the cursor to next if it is behind it: the caller knows
+// that no event of a revision before next is the watcher's. Like Next,
+// it must not run concurrently with Next.
+func (w *Watcher) Skip(next int64) { w.next = max(w.next, next) }
+
+// Range returns the keys the watcher follows, [key, end) with end as in
+// Watch.
+func (w *Watcher) Range() (key, end []byte) { return w.key, w.end }
+
+// Wants reports whether e is one of the watcher's events, whatever its
+// revision.
+func (w *Watcher) Wants(e mvcc.Event) bool {
+	if w.filter&NoPut != 0 && e.Type == mvccpb.PUT || w.filter&NoDelete != 0 && e.Type == mvccpb.DELETE {
+		return false
+	}
+	return inRange(e.KV.Key, w.key, w.end)
+}
+
+// Events returns the events of the revisions from through to, in order,
+// if the ring still holds from; ok is false if it does not. The slice
+// is the caller's, the events in it are shared: they must not be
+// changed.
+func (h *Hub) Events(from, to int64) (events []mvcc.Event, ok bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if from > h.head {
+		return nil, true
+	}
+	if h.ring.n == 0 || from < h.ring.oldest() {
+		return nil, false
+	}
+	for i := h.ring.from(from); i < h.ring.n; i++ {
+		b := h.ring.at(i)
+		if b.rev > to {
+			break
+		}
+		events = append(events, b.events...)
+	}
+	return events, true
+}
+
 // fromRing serves the watcher if the ring still holds its cursor.
 func (w *Watcher) fromRing() ([]mvcc.Event, int64, bool) {
 	h := w.hub
@@ -303,10 +344,7 @@ func (t *take) add(events []mvcc.Event, opts Options) bool {
 func (w *Watcher) match(events []mvcc.Event) []mvcc.Event {
 	var out []mvcc.Event
 	for _, e := range events {
-		if w.filter&NoPut != 0 && e.Type == mvccpb.PUT || w.filter&NoDelete != 0 && e.Type == mvccpb.DELETE {
-			continue
-		}
-		if inRange(e.KV.Key, w.key, w.end) {
+		if w.Wants(e) {
 			out = append(out, e)
 		}
 	}
