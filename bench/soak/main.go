@@ -137,12 +137,11 @@ func main() {
 
 func soakMain() int {
 	cfg := defaultConfig()
-	var settBin, etcdBin, kineBin string
+	var settBin, etcdBin string
 	var servers, configs, out, settFlags string
 	flag.StringVar(&settBin, "sett", "bin/sett", "the sett binary")
 	flag.StringVar(&etcdBin, "etcd", "bin/etcd", "the etcd binary")
-	flag.StringVar(&kineBin, "kine", "bin/kine", "the kine binary, run over SQLite as k3s runs it")
-	flag.StringVar(&servers, "servers", "sett,etcd", "the servers to run, comma-separated, of sett, etcd and kine")
+	flag.StringVar(&servers, "servers", "sett,etcd", "the servers to run, comma-separated")
 	flag.StringVar(&configs, "configs", "kube,k3s", "the configurations: kube (kube-apiserver compacts every -compact-every) and k3s (the server compacts itself, periodic, that retention)")
 	flag.DurationVar(&cfg.duration, "duration", cfg.duration, "how long the churn runs")
 	flag.DurationVar(&cfg.sampleEvery, "sample-every", cfg.sampleEvery, "how often the servers are sampled")
@@ -156,7 +155,7 @@ func soakMain() int {
 	flag.StringVar(&out, "out", "bin/soak", "where the CSV and the charts go")
 	flag.StringVar(&settFlags, "sett-flags", "", "extra flags for sett, space-separated")
 	flag.Parse()
-	bins := map[string]string{"sett": settBin, "etcd": etcdBin, "kine": kineBin}
+	bins := map[string]string{"sett": settBin, "etcd": etcdBin}
 	for _, k := range strings.Split(kinds, ",") {
 		if !slices.Contains(faultKinds, k) {
 			fmt.Fprintf(os.Stderr, "-fault-kinds: no fault %q; there are %s\n", k, strings.Join(faultKinds, ", "))

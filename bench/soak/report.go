@@ -17,8 +17,8 @@ import (
 
 // report prints, for every run, its first- and last-quarter figures and
 // what its checks found, and returns the exit code: 1 if a sett run
-// failed a check. etcd and kine are references: what they fail is
-// printed, not held against the run.
+// failed a check. etcd is the reference: what it fails is printed, not
+// held against the run.
 func report(w io.Writer, plan []*run, errs map[*run]error) int {
 	code := 0
 	for _, r := range plan {
@@ -90,7 +90,7 @@ func p99Of(kind string) func([]sample) float64 {
 const maxFilesGrowth = 8
 
 // printRatios prints, per configuration that sett and a reference
-// server (etcd, then kine) both ran, sett's last-quarter figures over
+// server (etcd) both ran, sett's last-quarter figures over
 // the reference's beside their targets, and how many files sett held
 // open in the first quarter and the last. It judges nothing: a ratio of
 // one run moves from run to run (see docs/BENCHMARKS.md), and the checks
@@ -111,7 +111,13 @@ func printRatios(w io.Writer, plan []*run, errs map[*run]error) {
 		}
 		byConf[r.conf][r.kind] = r
 	}
-	for _, ref := range []string{"etcd", "kine"} {
+	var refs []string
+	for _, r := range plan {
+		if r.kind != "sett" && !slices.Contains(refs, r.kind) {
+			refs = append(refs, r.kind)
+		}
+	}
+	for _, ref := range refs {
 		both := slices.DeleteFunc(slices.Clone(confs), func(c string) bool { return byConf[c]["sett"] == nil || byConf[c][ref] == nil })
 		if len(both) == 0 {
 			continue

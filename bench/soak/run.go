@@ -102,14 +102,6 @@ func (r *run) ack(k string, rev int64) {
 // serverArgs are the flags of the configuration: k3s runs its etcd with
 // periodic auto-compaction and a 5-minute retention.
 func (r *run) serverArgs() []string {
-	if r.kind == "kine" {
-		// kine compacts itself in both: kube-apiserver's compaction
-		// is a no-op to it. k3s sets its interval; kube keeps kine's.
-		if r.conf == "k3s" {
-			return []string{"--compact-interval", r.cfg.compactEvery.String()}
-		}
-		return nil
-	}
 	if r.conf == "k3s" {
 		return []string{"--auto-compaction-mode", "periodic", "--auto-compaction-retention", r.cfg.compactEvery.String()}
 	}
