@@ -3,10 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
+
+	"github.com/settdb/sett/internal/durable"
 )
 
 // Opener opens a new engine in dir and returns how to close it.
@@ -40,7 +40,7 @@ func BuildDir(dir string, open Opener, fill func(Engine) error) error {
 		// Every name in the build must be durable before the rename
 		// makes it the store: an engine may sync its files and leave
 		// their names to the directory's next sync.
-		err = syncTree(tmp)
+		err = durable.SyncTree(tmp)
 	}
 	if err == nil {
 		os.Remove(dir) // empty, if it exists
@@ -51,48 +51,5 @@ func BuildDir(dir string, open Opener, fill func(Engine) error) error {
 		return err
 	}
 	// The rename is what makes the store whole; it must survive a cut.
-	d, err := os.Open(parent)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// syncTree syncs every file and directory under root, root included,
-// each directory after what it holds.
-func syncTree(root string) error {
-	var dirs []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			dirs = append(dirs, path)
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		return syncPath(path)
-	})
-	if err != nil {
-		return fmt.Errorf("sync the built store: %w", err)
-	}
-	// Deepest first: a directory's entry in its parent after its own.
-	for _, d := range slices.Backward(dirs) {
-		if err := syncPath(d); err != nil {
-			return fmt.Errorf("sync the built store: %w", err)
-		}
-	}
-	return nil
-}
-
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return durable.SyncDir(parent)
 }

@@ -20,9 +20,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/internal/durable"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
@@ -118,24 +118,7 @@ func writeFileAtomic(path string, fill func(io.Writer) error) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		// Windows cannot flush a directory: FlushFileBuffers wants a
-		// handle open for writing, which a directory's is not.
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return durable.SyncDir(filepath.Dir(path))
 }
 
 // File is an open snapshot file of either format: its data (a sett

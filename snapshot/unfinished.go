@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/settdb/sett/internal/durable"
 )
 
 // A restore into a data directory that does not exist builds it beside
@@ -150,7 +152,7 @@ func beginAside(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := errors.Join(mark(tmp, unfinishedName), syncDir(filepath.Dir(dir))); err != nil {
+	if err := errors.Join(mark(tmp, unfinishedName), durable.SyncDir(filepath.Dir(dir))); err != nil {
 		os.RemoveAll(tmp)
 		return "", err
 	}
@@ -163,7 +165,7 @@ func mark(dir, name string) error {
 	if err != nil {
 		return err
 	}
-	return errors.Join(f.Sync(), f.Close(), syncDir(dir))
+	return errors.Join(f.Sync(), f.Close(), durable.SyncDir(dir))
 }
 
 // unmark removes the file name from dir, durably.
@@ -171,7 +173,7 @@ func unmark(dir, name string) error {
 	if err := os.Remove(filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return durable.SyncDir(dir)
 }
 
 // clearBut removes every entry of dir but keep and the Ignorable ones,
@@ -189,7 +191,7 @@ func clearBut(dir, keep string) error {
 			return err
 		}
 	}
-	return syncDir(dir)
+	return durable.SyncDir(dir)
 }
 
 // abandon removes a failed restore into dir built in tmp. Built in
@@ -231,7 +233,7 @@ func finishing(tmp, dir string) []func() error {
 			if err := os.Rename(filepath.Join(tmp, unfinishedName), filepath.Join(tmp, finishingName)); err != nil {
 				return err
 			}
-			return syncDir(tmp)
+			return durable.SyncDir(tmp)
 		},
 		func() error { return finishMove(tmp, dir) },
 	}
@@ -244,7 +246,7 @@ func finishMove(tmp, dir string) error {
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(dir)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
 		return err
 	}
 	return unmark(dir, finishingName)

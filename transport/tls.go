@@ -15,11 +15,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/settdb/sett/internal/durable"
 )
 
 // TLSFiles names the client TLS material and the rules a connection must
@@ -425,7 +426,7 @@ func writeDurable(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return durable.SyncDir(filepath.Dir(path))
 }
 
 // mkdirDurable makes dir and any parent missing, each one's name synced
@@ -440,25 +441,7 @@ func mkdirDurable(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
-}
-
-// syncDir makes the names in dir durable. Windows cannot flush a
-// directory: FlushFileBuffers wants a handle open for writing, which a
-// directory's is not.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return durable.SyncDir(filepath.Dir(dir))
 }
 
 // checkClientFiles refuses, as etcd does, a client certificate without
