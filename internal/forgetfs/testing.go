@@ -51,3 +51,16 @@ func New(t testing.TB, seed uint64) *FS {
 	})
 	return f
 }
+
+// CutT cuts the power as Cut does, for a test: it logs what the cut
+// lost and fails the test if the cut could not be made.
+func (f *FS) CutT(t testing.TB, mode Mode) {
+	t.Helper()
+	lost, err := f.Cut(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lost {
+		t.Logf("cut: %s", l)
+	}
+}
