@@ -41,9 +41,9 @@ type Server struct {
 	// MetricsURL serves /metrics: URL, but for kine, which serves its
 	// metrics on a listener of their own.
 	MetricsURL string
-	Ready   time.Duration // from exec to the first linearizable Get answered
-	Client  *clientv3.Client
-	Sampler *Sampler
+	Ready      time.Duration // from exec to the first linearizable Get answered
+	Client     *clientv3.Client
+	Sampler    *Sampler
 }
 
 // live holds the pid of every server process started and not yet waited
