@@ -73,17 +73,23 @@ func (v *view) get(raw []byte, rev int64, withValue bool) (*mvccpb.KeyValue, err
 	case !withValue:
 		return m.keyValue(raw), nil
 	}
-	b, err = v.r.Get(objectKey(raw, m.mod))
+	kv := m.keyValue(raw)
+	kv.Value, err = valueAt(v.r, raw, m.mod)
+	return kv, err
+}
+
+// valueAt reads the value of raw's version written at mod, which its
+// index entry names: it must exist.
+func valueAt(r engine.Reader, raw []byte, mod int64) ([]byte, error) {
+	b, err := r.Get(objectKey(raw, mod))
 	if err != nil {
-		return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
+		return nil, fmt.Errorf("version of %q at %d: %w", raw, mod, err)
 	}
 	ver, err := decodeVersion(b)
 	if err != nil {
-		return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
+		return nil, fmt.Errorf("version of %q at %d: %w", raw, mod, err)
 	}
-	kv := m.keyValue(raw)
-	kv.Value = ver.value
-	return kv, nil
+	return ver.value, nil
 }
 
 // older returns raw's key-value at rev from its object versions: the first

@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"errors"
-	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -76,15 +75,9 @@ func (w *writer) put(raw, value []byte, lease int64) (*mvccpb.KeyValue, error) {
 		oldLease = m.lease
 		next.create, next.version = m.create, m.version+1
 		prev = m.keyValue(raw)
-		b, err := w.tx.Get(objectKey(raw, m.mod))
-		if err != nil {
-			return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
+		if prev.Value, err = valueAt(w.tx, raw, m.mod); err != nil {
+			return nil, err
 		}
-		ver, err := decodeVersion(b)
-		if err != nil {
-			return nil, fmt.Errorf("version of %q at %d: %w", raw, m.mod, err)
-		}
-		prev.Value = ver.value
 	}
 	// The change-log entry goes first: a large request commits its writes
 	// in several engine transactions, and undoing it finds what it

@@ -574,7 +574,6 @@ func (r *reader) GetMany(keys [][]byte) ([][]byte, error) {
 			out[i] = v
 			continue
 		}
-		stepped := false
 		switch {
 		case it == nil:
 			opts := bdg.DefaultIteratorOptions
@@ -600,12 +599,9 @@ func (r *reader) GetMany(keys [][]byte) ([][]byte, error) {
 				behind, penalty, seek = penalty, min(2*penalty, maxBehind), true
 				continue
 			}
-			stepped = true
-		}
-		last = k
-		if stepped {
 			penalty = 1
 		}
+		last = k
 		if !it.Valid() || !bytes.Equal(it.Item().Key(), k) {
 			continue // missing
 		}
