@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/settdb/sett/internal/harness"
 	"github.com/settdb/sett/server"
 )
 
@@ -32,9 +33,24 @@ func TestWatchFanOutCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates 10,000 watchers")
 	}
-	_, cli := startSett(t, "", server.Config{})
-	ctx := ctxT(t)
+	in, _ := startSett(t, "", server.Config{})
+	// Not ctxT's 30 seconds: 40,000 watchers under the race detector on
+	// a busy machine take about that long; a hang still ends with the
+	// test's own timeout.
+	ctx := t.Context()
 	perWrite := func(watchers int, opts ...clientv3.OpOption) time.Duration {
+		// Each measure has a connection of its own, and starts once the
+		// server has let go of the last one's watchers: a client's
+		// stream outlives a cancelled context while its watchers close,
+		// and the next measure's watchers would share it, and pay for
+		// the closing.
+		cli := harness.NewClient(t, in.addr)
+		defer func() {
+			cli.Close()
+			for scrape(t, in.addr)["etcd_debugging_mvcc_watcher_total"] != 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var first clientv3.WatchChan
