@@ -206,9 +206,10 @@ bench-backup: build bin/versitygw
 	./bin/load -sett bin/sett -versitygw bin/versitygw -servers sett -only backup \
 		-workload-timeout 30m -timeout 1h $(BENCH_FLAGS)
 
-# T4 (github.com/t4db/t4, v1.1.17 as pinned in testdata/t4), another
-# single-node store with an etcd face, run by `make bench` as a third
-# server where it builds.
+# T4 (github.com/t4db/t4, v1.1.17 as pinned in testdata/t4), a key-value
+# database on object storage that speaks the etcd v3 API (several nodes
+# elect a leader through an S3 lock), run by `make bench` as a third
+# server, one node without S3, where it builds.
 bin/t4: testdata/t4/go.mod testdata/t4/go.sum
 	cd testdata/t4 && GOWORK=off $(GO) build -o $(CURDIR)/bin/t4 github.com/t4db/t4/cmd/t4
 
