@@ -183,6 +183,26 @@ var foreignTests = map[string]bool{
 	"TestWatch": true,
 }
 
+// foreignFlags are other programs' flags the documents name, by the
+// program: k3s, docker, kube-apiserver, kubectl and curl, etcdctl and
+// etcdutl, kubeadm, T4 and kine as make bench runs them, and the tools
+// of a shell.
+var foreignFlags = map[string]bool{
+	"datastore-endpoint": true, "datastore-cafile": true, "datastore-certfile": true,
+	"datastore-keyfile": true, "cluster-init": true, "token": true, // k3s
+	"env-file": true, "network": true, // docker
+	"etcd-servers": true, "etcd-cafile": true, "etcd-certfile": true,
+	"etcd-keyfile": true, "watch-cache": true, // kube-apiserver
+	"raw": true, "chunk-size": true, "force-conflicts": true, "watch": true, // kubectl
+	"http1":  true,                                 // curl --http1.1
+	"prefix": true, "keys-only": true, "now": true, // etcdctl
+	"bump-revision": true, "mark-compacted": true, // etcdutl
+	"etcd-upgrade": true,                         // kubeadm upgrade apply
+	"listen":       true, "listen-address": true, // T4, kine
+	"bin-dir":        true,                             // etcd's e2e suites
+	"ignore-missing": true, "tags": true, "help": true, // sha256sum, go build, any
+}
+
 var (
 	// goTestName is a test, benchmark or fuzz target's name; a trailing *
 	// stands for every name it begins.
@@ -194,14 +214,18 @@ var (
 	makeLine      = regexp.MustCompile(`^\s*make\s+([a-z][a-z0-9-]*)`)
 	makefileRule  = regexp.MustCompile(`(?m)^([A-Za-z0-9_./-]+(?:\s+[A-Za-z0-9_./-]+)*)\s*:(?:[^=]|$)`)
 	repoPathToken = regexp.MustCompile(`[A-Za-z0-9_.*-]+(?:/[A-Za-z0-9_.*-]+)+/?`)
+	// docFlag is a flag; followed by * or …, the start of several.
+	// (A ** after it is markdown's bold.)
+	docFlag = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*[a-z0-9])(\*\*|-?\*|-?…)?`)
 )
 
 // TestDocsNames requires every test, benchmark and fuzz target the
 // README and docs/*.md name to be a func somewhere in the tree (both
 // modules and testdata), every `make target` to be a rule of the
-// Makefile, and every path into the tree (one whose first element is a
-// file or directory at the top of the repository, bin/ aside, as
-// `deploy/kind/kind.yaml`) to exist, globs matching something.
+// Makefile, every --flag to be a flag (or alias) of a sett command
+// (foreignFlags aside), and every path into the tree (one whose first
+// element is a file or directory at the top of the repository, bin/
+// aside, as `deploy/kind/kind.yaml`) to exist, globs matching something.
 func TestDocsNames(t *testing.T) {
 	funcs := map[string]bool{}
 	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
@@ -247,6 +271,21 @@ func TestDocsNames(t *testing.T) {
 		}
 	}
 
+	flags := map[string]bool{}
+	var walk func([]cli.Flag, []*cli.Command)
+	walk = func(fs []cli.Flag, cmds []*cli.Command) {
+		for _, f := range fs {
+			for _, n := range f.Names() {
+				flags[n] = true
+			}
+		}
+		for _, c := range cmds {
+			walk(c.Flags, c.Subcommands)
+		}
+	}
+	a := app()
+	walk(a.Flags, a.Commands)
+
 	for _, doc := range namedDocs(t) {
 		b, err := os.ReadFile(doc)
 		if err != nil {
@@ -267,6 +306,17 @@ func TestDocsNames(t *testing.T) {
 					}
 				} else if !funcs[name] {
 					t.Errorf("%s: no func %s in the tree", doc, name)
+				}
+			}
+			for _, m := range docFlag.FindAllStringSubmatch(para, -1) {
+				switch {
+				case foreignFlags[m[1]]:
+				case m[2] != "" && m[2] != "**":
+					if !hasPrefixed(flags, m[1]) {
+						t.Errorf("%s: no flag begins --%s", doc, m[1])
+					}
+				case !flags[m[1]]:
+					t.Errorf("%s: --%s is no flag of sett's", doc, m[1])
 				}
 			}
 			made := makeSpan.FindAllStringSubmatch(para, -1)
