@@ -31,7 +31,7 @@ FUZZTIME ?= 3m
 # your own in $GORACE come after, and win.
 RACE_ENV = GORACE="atexit_sleep_ms=0 $(GORACE)"
 
-.PHONY: build run test vulncheck test-sett test-soak test-tikv bench bench-backup bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e e2e-kine test-etcd-e2e fuzz image image-host release cross test-arm64 nemesis
+.PHONY: build run test vulncheck actionlint test-sett test-soak test-tikv bench bench-backup bench-inproc soak etcdctl clean k8s-storage k8s-storage-tikv e2e e2e-kine test-etcd-e2e fuzz image image-host release cross test-arm64 nemesis
 
 # bin/sett says which commit it is (sett version), as a release does.
 build:
@@ -145,6 +145,11 @@ bin/vulndb: testdata/vulncheck/go.mod testdata/vulncheck/go.sum
 	rm -rf bin/vulndb
 	bin/indexdb -out bin/vulndb -vulns "$$(cd testdata/vulncheck && GOWORK=off $(GO) list -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv"
 
+# actionlint (github.com/rhysd/actionlint, a tool dependency in go.mod at
+# the version it pins) over the GitHub workflows in .github/workflows.
+actionlint:
+	$(GO) tool actionlint
+
 # sett's own packages under the race detector, and Kubernetes' storage
 # suites against sett alone (k8s-storage K8S_SERVERS=sett), side by side:
 # the suites mostly wait, so together they take little longer than the
@@ -154,6 +159,7 @@ bin/vulndb: testdata/vulncheck/go.mod testdata/vulncheck/go.sum
 test: bin/etcdctl bin/etcd bin/kine bin/versitygw
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	$(MAKE) actionlint
 	$(MAKE) vulncheck
 	$(MAKE) -j2 --output-sync=target K8S_SERVERS=sett test-sett test-soak k8s-storage test-tikv
 
@@ -206,9 +212,10 @@ bench-backup: build bin/versitygw
 	./bin/load -sett bin/sett -versitygw bin/versitygw -servers sett -only backup \
 		-workload-timeout 30m -timeout 1h $(BENCH_FLAGS)
 
-# T4 (github.com/t4db/t4, v1.1.17 as pinned in testdata/t4), another
-# single-node store with an etcd face, run by `make bench` as a third
-# server where it builds.
+# T4 (github.com/t4db/t4, v1.1.17 as pinned in testdata/t4), a key-value
+# database on object storage that speaks the etcd v3 API (several nodes
+# elect a leader through an S3 lock), run by `make bench` as a third
+# server, one node without S3, where it builds.
 bin/t4: testdata/t4/go.mod testdata/t4/go.sum
 	cd testdata/t4 && GOWORK=off $(GO) build -o $(CURDIR)/bin/t4 github.com/t4db/t4/cmd/t4
 

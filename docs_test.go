@@ -146,3 +146,214 @@ func TestDocsConfiguration(t *testing.T) {
 		t.Errorf("docs/CONFIGURATION.md does not list %d flag(s) of sett serve: %s", len(missing), strings.Join(missing, ", "))
 	}
 }
+
+// namedDocs are the documents whose names TestDocsNames checks: the
+// README and docs/*.md, less the benchmarks' history, which names the
+// tests and targets of the trees it was measured on.
+func namedDocs(t *testing.T) []string {
+	var out []string
+	for _, doc := range docFiles(t) {
+		if doc != filepath.Join("docs", "BENCHMARKS-HISTORY.md") {
+			out = append(out, doc)
+		}
+	}
+	return out
+}
+
+// foreignTests are tests the documents name that live in other
+// projects' trees: etcd's end-to-end suites and Kubernetes' storage
+// suites, which make test-etcd-e2e and make k8s-storage run.
+var foreignTests = map[string]bool{
+	// etcd's tests/e2e and tests/common.
+	"TestAuthority": true, "TestBootstrapDefragFlag": true,
+	"TestBreakConsistentIndexNewerThanSnapshot":      true,
+	"TestConnectionRejectMessage":                    true,
+	"TestCtlV3AuthCertCNWithWithConcurrentOperation": true,
+	"TestCtlV3AuthFromKeyPerm":                       true, "TestCtlV3DefragOffline": true,
+	"TestCtlV3Put": true, "TestEtcdDeprecatedFlags": true,
+	"TestEtcdPeerLocalAddr": true, "TestEtctlutlMigrate": true,
+	"TestGrpcProxyAutoSync": true, "TestGrpcProxyTLSVersions": true,
+	"TestGrpcproxyAndCommonName": true, "TestNoMetricsMissing": true,
+	"TestRestoreCompactionRevBump": true, "TestSnapshotCatchupEntriesFlag": true,
+	"TestV2DeprecationEnforceDefaultValue": true, "TestWatchDelayFor*": true,
+	// k8s.io/apiserver's pkg/storage/etcd3 and pkg/storage/cacher.
+	"TestConsistencyCheckerDigestMatches":                  true,
+	"TestDoesClientSupportWatchListSemanticsForKubeClient": true,
+	"TestListContinuation":                                 true, "TestLists": true, "TestPrepareKey": true,
+	"TestWatch": true,
+}
+
+// foreignFlags are other programs' flags the documents name, by the
+// program: k3s, docker, kube-apiserver, kubectl and curl, etcdctl and
+// etcdutl, kubeadm, T4 and kine as make bench runs them, and the tools
+// of a shell.
+var foreignFlags = map[string]bool{
+	"datastore-endpoint": true, "datastore-cafile": true, "datastore-certfile": true,
+	"datastore-keyfile": true, "cluster-init": true, "token": true, // k3s
+	"env-file": true, "network": true, // docker
+	"etcd-servers": true, "etcd-cafile": true, "etcd-certfile": true,
+	"etcd-keyfile": true, "watch-cache": true, // kube-apiserver
+	"raw": true, "chunk-size": true, "force-conflicts": true, "watch": true, // kubectl
+	"http1":  true,                                 // curl --http1.1
+	"prefix": true, "keys-only": true, "now": true, // etcdctl
+	"bump-revision": true, "mark-compacted": true, // etcdutl
+	"etcd-upgrade": true,                         // kubeadm upgrade apply
+	"listen":       true, "listen-address": true, // T4, kine
+	"bin-dir":        true,                             // etcd's e2e suites
+	"ignore-missing": true, "tags": true, "help": true, // sha256sum, go build, any
+}
+
+var (
+	// goTestName is a test, benchmark or fuzz target's name; a trailing *
+	// stands for every name it begins.
+	goTestName = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z0-9][A-Za-z0-9_]*\*?`)
+	goTestFunc = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	// makeSpan is make and its first argument in a code span, makeLine
+	// at the start of a line of a code block.
+	makeSpan      = regexp.MustCompile("`make\\s+([a-z][a-z0-9-]*)")
+	makeLine      = regexp.MustCompile(`^\s*make\s+([a-z][a-z0-9-]*)`)
+	makefileRule  = regexp.MustCompile(`(?m)^([A-Za-z0-9_./-]+(?:\s+[A-Za-z0-9_./-]+)*)\s*:(?:[^=]|$)`)
+	repoPathToken = regexp.MustCompile(`[A-Za-z0-9_.*-]+(?:/[A-Za-z0-9_.*-]+)+/?`)
+	// docFlag is a flag; followed by * or …, the start of several.
+	// (A ** after it is markdown's bold.)
+	docFlag = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*[a-z0-9])(\*\*|-?\*|-?…)?`)
+)
+
+// TestDocsNames requires every test, benchmark and fuzz target the
+// README and docs/*.md name to be a func somewhere in the tree (both
+// modules and testdata), every `make target` to be a rule of the
+// Makefile, every --flag to be a flag (or alias) of a sett command
+// (foreignFlags aside), and every path into the tree (one whose first
+// element is a file or directory at the top of the repository, bin/
+// aside, as `deploy/kind/kind.yaml`) to exist, globs matching something.
+func TestDocsNames(t *testing.T) {
+	funcs := map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == "bin" || path == ".git") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range goTestFunc.FindAllStringSubmatch(string(b), -1) {
+			funcs[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range makefileRule.FindAllStringSubmatch(string(makefile), -1) {
+		for _, target := range strings.Fields(m[1]) {
+			targets[target] = true
+		}
+	}
+	top, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tops := map[string]bool{}
+	for _, e := range top {
+		if e.Name() != "bin" {
+			tops[e.Name()] = true
+		}
+	}
+
+	flags := map[string]bool{}
+	var walk func([]cli.Flag, []*cli.Command)
+	walk = func(fs []cli.Flag, cmds []*cli.Command) {
+		for _, f := range fs {
+			for _, n := range f.Names() {
+				flags[n] = true
+			}
+		}
+		for _, c := range cmds {
+			walk(c.Flags, c.Subcommands)
+		}
+	}
+	a := app()
+	walk(a.Flags, a.Commands)
+
+	for _, doc := range namedDocs(t) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A paragraph's lines joined, so that a name broken over two
+		// lines (`make\ntest`) is still seen.
+		text := strings.ReplaceAll(string(b), "\n`", "\n\x00`")
+		for _, para := range strings.Split(text, "\n\n") {
+			para = strings.ReplaceAll(para, "\x00", "")
+			for _, name := range goTestName.FindAllString(para, -1) {
+				if foreignTests[name] {
+					continue
+				}
+				if prefix, ok := strings.CutSuffix(name, "*"); ok {
+					if !hasPrefixed(funcs, prefix) {
+						t.Errorf("%s: no test begins %s", doc, prefix)
+					}
+				} else if !funcs[name] {
+					t.Errorf("%s: no func %s in the tree", doc, name)
+				}
+			}
+			for _, m := range docFlag.FindAllStringSubmatch(para, -1) {
+				switch {
+				case foreignFlags[m[1]]:
+				case m[2] != "" && m[2] != "**":
+					if !hasPrefixed(flags, m[1]) {
+						t.Errorf("%s: no flag begins --%s", doc, m[1])
+					}
+				case !flags[m[1]]:
+					t.Errorf("%s: --%s is no flag of sett's", doc, m[1])
+				}
+			}
+			made := makeSpan.FindAllStringSubmatch(para, -1)
+			for _, line := range strings.Split(para, "\n") {
+				made = append(made, makeLine.FindAllStringSubmatch(line, -1)...)
+			}
+			for _, m := range made {
+				if !targets[m[1]] {
+					t.Errorf("%s: make %s: no such target in the Makefile", doc, m[1])
+				}
+			}
+			// Links are TestDocsLinks's; a path after a / or a word
+			// (/proxy/health, k8s.io/apiserver) is not one into the tree.
+			unlinked := markdownLink.ReplaceAllString(para, "]")
+			for _, loc := range repoPathToken.FindAllStringIndex(unlinked, -1) {
+				if loc[0] > 0 && strings.ContainsRune("/.:-_~$", rune(unlinked[loc[0]-1])) {
+					continue
+				}
+				p := strings.TrimRight(unlinked[loc[0]:loc[1]], ".")
+				first, _, _ := strings.Cut(p, "/")
+				if !tops[first] {
+					continue
+				}
+				matches, err := filepath.Glob(strings.TrimSuffix(p, "/"))
+				if err != nil || len(matches) == 0 {
+					t.Errorf("%s: path %s does not exist", doc, p)
+				}
+			}
+		}
+	}
+}
+
+func hasPrefixed(names map[string]bool, prefix string) bool {
+	for n := range names {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
+}
