@@ -145,10 +145,13 @@ bin/vulndb: testdata/vulncheck/go.mod testdata/vulncheck/go.sum
 	rm -rf bin/vulndb
 	bin/indexdb -out bin/vulndb -vulns "$$(cd testdata/vulncheck && GOWORK=off $(GO) list -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv"
 
-# actionlint (github.com/rhysd/actionlint, a tool dependency in go.mod at
-# the version it pins) over the GitHub workflows in .github/workflows.
-actionlint:
-	$(GO) tool actionlint
+# actionlint (github.com/rhysd/actionlint, at the version
+# testdata/actionlint pins) over the GitHub workflows in .github/workflows.
+actionlint: bin/actionlint
+	bin/actionlint
+
+bin/actionlint: testdata/actionlint/go.mod testdata/actionlint/go.sum
+	cd testdata/actionlint && GOWORK=off $(GO) build -o $(CURDIR)/bin/actionlint github.com/rhysd/actionlint/cmd/actionlint
 
 # sett's own packages under the race detector, and Kubernetes' storage
 # suites against sett alone (k8s-storage K8S_SERVERS=sett), side by side:
