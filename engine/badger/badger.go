@@ -98,6 +98,21 @@ type Options struct {
 	// SegmentSize is the size of the log's segment files; zero means
 	// DefaultSegmentSize.
 	SegmentSize int64
+	// ValueThreshold is, with WAL, the size from which a value is kept
+	// in Badger's value log, its memtables and tables holding a 12-byte
+	// pointer instead; zero means DefaultValueThreshold, negative keeps
+	// every value in the tables. Values out of the tables keep memtables
+	// filling slowly and merges small: a write is appended to the value
+	// log once, where the tables would carry it through the memtable's
+	// log, its flush and every merge below. Without WAL every value up
+	// to 1 MiB stays in the tables, since Badger would then sync the
+	// value log beside its memtable log at every commit.
+	ValueThreshold int64
+	// ValueLogGCEvery is how often, with values in the value log, its
+	// files are looked at and those mostly garbage rewritten (see
+	// collectValueLog); zero means DefaultValueLogGCEvery, negative
+	// never (GC still collects them).
+	ValueLogGCEvery time.Duration
 }
 
 // DefaultDiskReserve is the free space commits leave on the data
@@ -122,6 +137,16 @@ const (
 // log rather than in its memtable and tables. Badger refuses a threshold
 // above a memtable's largest batch (15% of it).
 func valueThreshold(memTable int64) int64 { return min(1<<20, memTable/8) }
+
+// DefaultValueThreshold is the size from which a value goes to Badger's
+// value log when sett's write-ahead log is in front of Badger (see
+// Options.ValueThreshold). A Kubernetes object is a few hundred bytes to
+// a few KiB; a lease's or a small key's value stays in the tables.
+const DefaultValueThreshold = 512
+
+// DefaultValueLogGCEvery is how often the value log is looked at for
+// files mostly garbage when Options gives no interval.
+const DefaultValueLogGCEvery = time.Minute
 
 // DB is an engine.Engine backed by Badger.
 type DB struct {
@@ -174,6 +199,16 @@ type DB struct {
 	checkpointMu   sync.Mutex
 	kick           chan struct{}
 	checkpointDone chan struct{}
+
+	// vlogGCDone closes when collectValueLogs returns; vlogRewrites and
+	// vlogGCNanos count its work (and GC's).
+	vlogGCDone   chan struct{}
+	vlogRewrites atomic.Int64
+	vlogGCNanos  atomic.Int64
+	// rewritten, if set, is called by collectValueLog once Badger has
+	// rewritten a file and before anything is synced (the power-cut
+	// tests cut there).
+	rewritten func()
 }
 
 var _ engine.Engine = (*DB)(nil)
@@ -187,6 +222,18 @@ var _ engine.Engine = (*DB)(nil)
 // abort foreground transactions.
 func Open(o Options) (*DB, error) {
 	memTable := cmp.Or(max(o.MemTableSize, 0), DefaultMemTableSize)
+	threshold, vlogFile := valueThreshold(memTable), int64(64<<20)
+	if o.WAL && !o.InMemory && o.ValueThreshold >= 0 {
+		// Badger's smallest threshold is 1 byte, its largest a batch's.
+		threshold = min(max(cmp.Or(o.ValueThreshold, DefaultValueThreshold), 1), threshold)
+		// A value-log file is at most a memtable, so that a rewrite of
+		// one fits in the memtable it starts (see collectValueLog): an
+		// entry's pointer takes less room in the memtable and in its log
+		// than the entry in the value log, whose value is larger than
+		// the threshold, and Badger rewrites a file only once at least
+		// half of it is garbage.
+		vlogFile = max(memTable, 1<<20)
+	}
 	l0 := cmp.Or(max(o.LevelZeroTables, 0), DefaultLevelZeroTables)
 	baseLevel := cmp.Or(max(o.BaseLevelSize, 0), DefaultBaseLevelSize)
 	opts := bdg.DefaultOptions(o.Dir).
@@ -209,10 +256,8 @@ func Open(o Options) (*DB, error) {
 		WithBaseTableSize(1 << 20).
 		WithBlockCacheSize(o.BlockCacheSize).
 		WithIndexCacheSize(o.IndexCacheSize).
-		WithValueLogFileSize(64 << 20).
-		// Badger refuses a value threshold above a memtable's largest
-		// batch (15% of it); values past it go to the value log.
-		WithValueThreshold(valueThreshold(memTable)).
+		WithValueLogFileSize(vlogFile).
+		WithValueThreshold(threshold).
 		WithNumCompactors(2).
 		WithCompression(options.None).
 		// Every table is read through and its checksums verified when the
@@ -245,7 +290,7 @@ func Open(o Options) (*DB, error) {
 		}
 		return nil, err
 	}
-	d := &DB{db: db, lock: lock, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: valueThreshold(memTable),
+	d := &DB{db: db, lock: lock, stopTrim: make(chan struct{}), trimDone: make(chan struct{}), log: o.Logger, bigValue: threshold,
 		logFirst: !o.DetectConflicts}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -275,6 +320,12 @@ func Open(o Options) (*DB, error) {
 		}
 	}
 	go d.trim(o.MappedLimit, o.MappedLimitAll, cmp.Or(max(o.TrimEvery, 0), time.Second))
+	d.vlogGCDone = make(chan struct{})
+	every := time.Duration(-1)
+	if threshold < valueThreshold(memTable) {
+		every = cmp.Or(o.ValueLogGCEvery, DefaultValueLogGCEvery)
+	}
+	go d.collectValueLogs(every, vlogFile)
 	return d, nil
 }
 
@@ -420,6 +471,7 @@ func (d *DB) SetSyncObserver(o engine.SyncObserver) { d.syncs.Store(&o) }
 func (d *DB) Close() error {
 	d.closeTrim.Do(func() { close(d.stopTrim) })
 	<-d.trimDone
+	<-d.vlogGCDone
 	var err error
 	if d.wal != nil && !d.db.IsClosed() {
 		<-d.checkpointDone
@@ -463,25 +515,125 @@ func (d *DB) GC() error {
 		return fmt.Errorf("flatten: %w", mapErr(err))
 	}
 	for {
-		err := d.db.RunValueLogGC(0.5)
-		// A rewrite moves values into a value log file it starts, and
-		// removes the file they were in. With the log in front, Badger
-		// synced neither the moved values nor the memtable entries that
-		// point at them: both are synced before the removal is.
-		sync := d.settleNames
-		if d.wal != nil {
-			sync = d.syncBadger
-		}
-		if err := sync(); err != nil {
-			return fmt.Errorf("value log gc: %w", err)
-		}
-		switch {
-		case errors.Is(err, bdg.ErrNoRewrite), errors.Is(err, bdg.ErrRejected), errors.Is(err, bdg.ErrGCInMemoryMode):
-			return nil
-		case err != nil:
-			return fmt.Errorf("value log gc: %w", mapErr(err))
+		rewrote, err := d.collectValueLog(0.5)
+		if err != nil || !rewrote {
+			return err
 		}
 	}
+}
+
+// collectValueLog rewrites one value-log file Badger's discard counts
+// say is at least ratio garbage, if there is one, and reports whether
+// it did. The caller holds d.gc.
+//
+// Badger rewrites a file by appending its live values to the value
+// log again, with new pointers to them in the memtable, and then
+// deletes the file. With the write-ahead log in front Badger syncs
+// neither, and the log cannot put back what a power cut would lose:
+// those values were committed before its last checkpoint. So:
+//   - commits wait, and the memtables are flushed first: the rewrite's
+//     pointers, which take less room than the file (at most a memtable,
+//     see Open), then fit in the memtable, and no flush makes them
+//     durable before the values they point at;
+//   - an iterator is held open throughout, which makes Badger put off
+//     deleting the file until it closes;
+//   - values and pointers are synced, and only then are commits let
+//     go and the iterator closed.
+func (d *DB) collectValueLog(ratio float64) (rewrote bool, err error) {
+	start := time.Now()
+	defer func() { d.vlogGCNanos.Add(int64(time.Since(start))) }()
+	hold := d.db.NewTransaction(false)
+	defer hold.Discard()
+	it := hold.NewIterator(bdg.IteratorOptions{})
+	defer it.Close()
+
+	d.gate.Lock()
+	defer d.gate.Unlock()
+	if err := d.flushLocked(); err != nil {
+		return false, fmt.Errorf("flush memtables: %w", mapErr(err))
+	}
+	gcErr := d.db.RunValueLogGC(ratio)
+	if gcErr == nil && d.rewritten != nil {
+		d.rewritten()
+	}
+	sync := d.settleNames
+	if d.wal != nil {
+		sync = d.syncBadger
+	}
+	if err := sync(); err != nil {
+		return false, fmt.Errorf("value log gc: %w", err)
+	}
+	switch {
+	case gcErr == nil:
+		d.vlogRewrites.Add(1)
+		return true, nil
+	case errors.Is(gcErr, bdg.ErrNoRewrite), errors.Is(gcErr, bdg.ErrRejected), errors.Is(gcErr, bdg.ErrGCInMemoryMode):
+		return false, nil
+	default:
+		return false, fmt.Errorf("value log gc: %w", mapErr(gcErr))
+	}
+}
+
+// collectValueLogs rewrites, every interval, the value-log files mostly
+// garbage, until the store closes. A look costs a memtable flush, so it
+// is taken only once the value log has grown by a file's worth since
+// the last look that found nothing to rewrite.
+func (d *DB) collectValueLogs(every time.Duration, file int64) {
+	defer close(d.vlogGCDone)
+	if every <= 0 {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var settled int64 // the value log's size when a look last found nothing
+	for {
+		select {
+		case <-d.stopTrim:
+			return
+		case <-tick.C:
+		}
+		if size := d.valueLogSize(); size < settled+file {
+			continue
+		}
+		func() {
+			d.gc.Lock()
+			defer d.gc.Unlock()
+			// A few files a look, so that commits wait a few short
+			// times at most each interval.
+			for range 4 {
+				rewrote, err := d.collectValueLog(0.5)
+				if err != nil {
+					d.log.Warn("value log gc failed", "error", err)
+					return
+				}
+				if !rewrote {
+					settled = d.valueLogSize()
+					return
+				}
+			}
+		}()
+	}
+}
+
+// valueLogSize is the bytes the value-log files occupy on disk.
+func (d *DB) valueLogSize() int64 {
+	names, _ := filepath.Glob(filepath.Join(d.dir, "*.vlog"))
+	var n int64
+	for _, name := range names {
+		if fi, err := os.Stat(name); err == nil {
+			n += diskUsage(fi)
+		}
+	}
+	return n
+}
+
+// ValueLog reports the value log's size on disk, the files its
+// collection rewrote and the time it took, for the metrics.
+func (d *DB) ValueLog() (bytes, rewrites int64, gc time.Duration) {
+	if d.dir == "" {
+		return 0, 0, 0
+	}
+	return d.valueLogSize(), d.vlogRewrites.Load(), time.Duration(d.vlogGCNanos.Load())
 }
 
 // settleNames syncs the data directory if Badger changed a name in it
@@ -506,6 +658,11 @@ var flushKey = []byte("\x00sett-gc-flush")
 func (d *DB) flush() error {
 	d.gate.Lock()
 	defer d.gate.Unlock()
+	return d.flushLocked()
+}
+
+// flushLocked is flush for a caller that holds the gate.
+func (d *DB) flushLocked() error {
 	if err := d.db.Update(func(tx *bdg.Txn) error { return tx.Set(flushKey, nil) }); err != nil {
 		return err
 	}
@@ -922,11 +1079,12 @@ func (t *txn) commitLogFirst(ctx context.Context) error {
 		// The log holds a commit Badger did not take; opening the store
 		// again replays it. Until then nothing more is acknowledged.
 		err = d.wal.fail(fmt.Errorf("badger refused a logged commit: %w", err))
-	} else if t.big {
-		// As in commitLogged: a table flushed before the value log it
-		// points into was synced would hold a value Badger cannot read.
-		err = d.syncValueLogs()
 	}
+	// The value log is not synced here, though a memtable flushed before
+	// it would be durable with pointers to values a power cut lost:
+	// the record is, and the commit is past the last checkpoint (which
+	// synced the value log), so opening the store replays it over the
+	// lost values (see wal.replayFrom).
 	segs := d.wal.segments()
 	d.commitMu.Unlock()
 	d.gate.RUnlock()

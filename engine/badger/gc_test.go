@@ -1,11 +1,13 @@
 package badger
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/settdb/sett/engine/enginetest"
 )
@@ -158,5 +160,62 @@ func TestGCInMemory(t *testing.T) {
 	defer snap.Close()
 	if v, err := snap.Get([]byte("after")); err != nil || string(v) != "v" {
 		t.Fatalf("after GC: %q %v", v, err)
+	}
+}
+
+// TestValueLogCollected: with values in the value log, the files that
+// overwrites left mostly garbage are rewritten on the schedule, without a
+// GC asked for, and every value reads back.
+func TestValueLogCollected(t *testing.T) {
+	d := openWith(t, Options{Dir: t.TempDir(), WAL: true, MemTableSize: 1 << 20, ValueLogGCEvery: 20 * time.Millisecond})
+	put := func(round int) {
+		tx, err := d.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 50 {
+			if err := tx.Put([]byte(fmt.Sprintf("k%03d", i)), bytes.Repeat([]byte{byte('a' + round%26)}, 4<<10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 40 {
+		put(round)
+	}
+	// Badger counts what a file holds of garbage as its merges drop the
+	// versions overwrites hid; flattening the tree drops them all.
+	// Badger's Flatten must not meet the collection's flush, as GC's
+	// does not.
+	d.gc.Lock()
+	err := d.db.Flatten(1)
+	d.gc.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d.vlogRewrites.Load() < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// 8 MiB written, 200 KiB of it live, in files of 1 MiB (a
+	// memtable): the file being written, the files not yet garbage
+	// enough, and what was rewritten.
+	const written = 40 * 50 * 4 << 10
+	held, rewrites, took := d.ValueLog()
+	t.Logf("value log: %d bytes of %d written, after %d rewrites in %v", held, written, rewrites, took)
+	if held > written/2 {
+		t.Fatalf("value log %d bytes of %d written, 200 KiB of it live", held, written)
+	}
+	snap, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	for i := range 50 {
+		v, err := snap.Get([]byte(fmt.Sprintf("k%03d", i)))
+		if err != nil || len(v) != 4<<10 || v[0] != byte('a'+39%26) {
+			t.Fatalf("k%03d after collection: %d bytes, %v", i, len(v), err)
+		}
 	}
 }
