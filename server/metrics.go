@@ -88,6 +88,12 @@ var applyOps = []string{"Put", "DeleteRange", "Txn", "Compaction", "LeaseGrant",
 // would keep.
 type inUser interface{ InUse() int64 }
 
+// valueLogger is an engine that keeps values in a log of their own and
+// collects its garbage (Badger with the write-ahead log in front).
+type valueLogger interface {
+	ValueLog() (bytes, rewrites int64, gc time.Duration)
+}
+
 func newMetrics(s *Server) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{registry: reg, slowApply: s.cfg.WarningApplyDuration}
@@ -204,6 +210,13 @@ func newMetrics(s *Server) *metrics {
 	)
 	if iu, ok := s.sizer.(inUser); ok {
 		reg.MustRegister(gauge("etcd_mvcc_db_total_size_in_use_in_bytes", "Bytes a defragment would keep: the live keys and values and the engine's indexes of them.", func() float64 { return float64(iu.InUse()) }))
+	}
+	if vl, ok := s.sizer.(valueLogger); ok {
+		reg.MustRegister(
+			gauge("sett_value_log_bytes", "Bytes the engine's value log occupies on disk.", func() float64 { n, _, _ := vl.ValueLog(); return float64(n) }),
+			counter("sett_value_log_rewrites_total", "Value-log files rewritten to reclaim the space of overwritten and deleted values.", func() float64 { _, n, _ := vl.ValueLog(); return float64(n) }),
+			counter("sett_value_log_gc_seconds_total", "Time spent collecting the value log's garbage.", func() float64 { _, _, d := vl.ValueLog(); return d.Seconds() }),
+		)
 	}
 	if _, ok := openFiles(); ok {
 		reg.MustRegister(

@@ -85,7 +85,7 @@ func TestKindStaticPodFlags(t *testing.T) {
 		"etcd_mvcc_db_total_size_in_use_in_bytes", "etcd_debugging_mvcc_keys_total 1",
 		"etcd_disk_backend_commit_duration_seconds_bucket", "etcd_network_client_grpc_received_bytes_total",
 		"etcd_network_client_grpc_sent_bytes_total", `grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="etcdserverpb.KV",grpc_type="unary"} 1`,
-		"sett_sequencer_batch_requests_bucket", "etcd_debugging_mvcc_current_revision 2",
+		"sett_sequencer_batch_requests_bucket", "etcd_debugging_mvcc_current_revision 2", "sett_value_log_bytes",
 		// A fresh etcd is 4 entries in; the put is the fifth.
 		"etcd_server_proposals_committed_total 5", "etcd_server_proposals_applied_total 5",
 		"etcd_server_proposals_pending 0", "etcd_server_leader_changes_seen_total 0",
