@@ -16,8 +16,15 @@ import (
 
 func openStore(t testing.TB) (*Store, engine.Engine) {
 	t.Helper()
+	return openStoreWith(t, badger.Options{})
+}
+
+// openStoreWith is openStore on an engine opened with o, in a temp dir.
+func openStoreWith(t testing.TB, o badger.Options) (*Store, engine.Engine) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), Logger: log})
+	o.Dir, o.Logger = t.TempDir(), log
+	db, err := badger.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}

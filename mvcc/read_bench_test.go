@@ -7,6 +7,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/settdb/sett/engine/badger"
 )
 
 // BenchmarkListAfterChurn lists 5,000 keys of 1 KiB with values, each
@@ -14,22 +16,28 @@ import (
 // plane's objects are between two compactions, or compacted after twenty
 // writes, which leaves nineteen tombstones each until the engine merges
 // them away: at the head and, but for the compacted store, pinned one
-// revision below it.
+// revision below it. The values are in Badger's tables, or in its value
+// log as a server keeps them (with the write-ahead log in front).
 func BenchmarkListAfterChurn(b *testing.B) {
-	for _, c := range []struct {
-		writes  int
-		compact bool
-	}{{1, false}, {5, false}, {20, false}, {20, true}} {
-		name := fmt.Sprintf("writes %d", c.writes)
-		if c.compact {
-			name += ", compacted"
+	for _, wal := range []bool{false, true} {
+		for _, c := range []struct {
+			writes  int
+			compact bool
+		}{{1, false}, {5, false}, {20, false}, {20, true}} {
+			name := fmt.Sprintf("writes %d", c.writes)
+			if c.compact {
+				name += ", compacted"
+			}
+			if wal {
+				name += ", value log"
+			}
+			b.Run(name, func(b *testing.B) { benchListAfterChurn(b, badger.Options{WAL: wal}, c.writes, c.compact) })
 		}
-		b.Run(name, func(b *testing.B) { benchListAfterChurn(b, c.writes, c.compact) })
 	}
 }
 
-func benchListAfterChurn(b *testing.B, writes int, compact bool) {
-	s, _ := openStore(b)
+func benchListAfterChurn(b *testing.B, o badger.Options, writes int, compact bool) {
+	s, _ := openStoreWith(b, o)
 	ctx := context.Background()
 	val := make([]byte, 1024)
 	const keys = 5000
