@@ -5,6 +5,7 @@ go 1.26.8
 toolchain go1.26.10
 
 require (
+	github.com/google/pprof v0.0.0-20261016150608-1facf8f91b50
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.23.2
 	github.com/settdb/sett v0.0.0

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,6 +251,9 @@ type measured struct {
 	wall, cpu  time.Duration
 	peak       int64
 	anon, file int64 // the peaks of each part of RSS (process.Sampler.PeakParts)
+	// heap is the Go heap in use at the end, by owner
+	// (process.HeapByOwner); nil where the server serves no profile.
+	heap map[string]int64
 }
 
 // begin starts a span on s.
@@ -261,8 +265,18 @@ func begin(s *process.Server) span {
 func (sp span) end() measured {
 	m := measured{wall: time.Since(sp.t0), cpu: sp.s.CPU() - sp.cpu0, peak: sp.s.Sampler.PeakRSS()}
 	m.anon, m.file = sp.s.Sampler.PeakParts()
+	if pprofs(sp.s.Args) {
+		heap, err := process.HeapByOwner(sp.s.URL)
+		if err != nil {
+			fmt.Printf("  %s: %v\n", sp.s.Kind, err)
+		}
+		m.heap = heap
+	}
 	return m
 }
+
+// pprofs says whether a server started with args serves its profiles.
+func pprofs(args []string) bool { return slices.Contains(args, "--enable-pprof") }
 
 // peakRSS records m's peak RSS as label, and beside it the peaks of its
 // anonymous and file-backed parts, which say whether the memory is the
@@ -271,4 +285,16 @@ func (r *results) peakRSS(kind, workload, label string, m measured) {
 	r.set(kind, workload, label, "MiB", mib(m.peak))
 	r.set(kind, workload, label+", anonymous part", "MiB", mib(m.anon))
 	r.set(kind, workload, label+", file-backed part", "MiB", mib(m.file))
+	if m.heap == nil {
+		return
+	}
+	var total int64
+	for _, n := range m.heap {
+		total += n
+	}
+	r.set(kind, workload, label+", Go heap at the end", "MiB", mib(total))
+	for _, o := range process.HeapOwners {
+		r.set(kind, workload, label+", Go heap: "+o.Name, "MiB", mib(m.heap[o.Name]))
+	}
+	r.set(kind, workload, label+", Go heap: other", "MiB", mib(m.heap["other"]))
 }

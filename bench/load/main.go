@@ -64,6 +64,7 @@ type config struct {
 	only            string
 	servers         string
 	settFlags       string
+	heap            bool
 	timeout         time.Duration
 	workloadTimeout time.Duration
 	chart           string // the ratio chart's PNG
@@ -156,6 +157,7 @@ func run() int {
 	flag.StringVar(&cfg.only, "only", "", "run only the workloads whose names contain one of these comma-separated numbers or words; the backup-* workloads run only when named (-only backup)")
 	flag.StringVar(&cfg.servers, "servers", "etcd,sett", "the servers to run, comma-separated, of etcd, sett, t4 and kine")
 	flag.StringVar(&cfg.settFlags, "sett-flags", "", "extra flags for every sett, space-separated (e.g. --enable-pprof)")
+	flag.BoolVar(&cfg.heap, "heap", true, "split sett's and etcd's Go heap by owner at the end of each measured stretch (runs both with --enable-pprof)")
 	flag.DurationVar(&cfg.workloadTimeout, "workload-timeout", 5*time.Minute, "give up on one workload on one server after this long")
 	flag.DurationVar(&cfg.timeout, "timeout", 20*time.Minute, "give up on the whole run after this long")
 	flag.StringVar(&cfg.chart, "chart", "bin/bench/ratios.png", "where to draw the chart of sett's ratios to the other servers (empty: none)")

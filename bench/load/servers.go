@@ -21,6 +21,12 @@ func (b *bench) newServer(kind string, args, env []string) (*process.Server, err
 	if kind == "sett" {
 		args = append(strings.Fields(b.cfg.settFlags), args...)
 	}
+	if b.cfg.heap && (kind == "sett" || kind == "etcd") && !pprofs(args) {
+		// Both serve their heap profiles for the split of the Go heap by
+		// owner (see measured.heap); serving them costs nothing until one
+		// is read.
+		args = append(args, "--enable-pprof")
+	}
 	s := &process.Server{Kind: kind, Bin: b.bins[kind], Dir: filepath.Join(dir, "data"), Log: filepath.Join(dir, "log"), Args: args, Env: env}
 	return s, nil
 }
