@@ -175,6 +175,11 @@ func printQuarters(w io.Writer, r *run) {
 	}
 	cpu := func(s sample) float64 { return s.cpu }
 	fmt.Fprintf(w, "  | CPU (%% of a core) | %.1f | %.1f |\n", mean(first, cpu), mean(last, cpu))
+	if r.kind == "sett" {
+		vlog := func(s sample) float64 { return s.valueLog }
+		fmt.Fprintf(w, "  | value log on disk | %.0f MiB | %.0f MiB |\n", mean(first, vlog)/(1<<20), mean(last, vlog)/(1<<20))
+		fmt.Fprintf(w, "  | value log GC (%% of a core) | %.2f | %.2f |\n", gcShare(first), gcShare(last))
+	}
 	held := func(s sample) float64 { return float64(s.head - s.oldest) }
 	fmt.Fprintf(w, "  | revisions held, peak | %.0f | %.0f |\n", peak(first, held), peak(last, held))
 	for _, kind := range append(r.kinds(), "writes") {
@@ -190,6 +195,19 @@ func printQuarters(w io.Writer, r *run) {
 	if len(r.cut) > 0 {
 		fmt.Fprintf(w, "  | requests cut off by a fault (not failures) | | %s |\n", cutOffs(r.cut))
 	}
+}
+
+// gcShare is the share of one core the value log's collection took
+// over ss, in percent.
+func gcShare(ss []sample) float64 {
+	if len(ss) < 2 {
+		return 0
+	}
+	a, b := ss[0], ss[len(ss)-1]
+	if b.at <= a.at || b.valueLogGC < a.valueLogGC { // a restart in between
+		return 0
+	}
+	return 100 * (b.valueLogGC - a.valueLogGC) / (b.at - a.at).Seconds()
 }
 
 // cutOffs is the count of requests cut off, in all and by kind.
@@ -245,7 +263,7 @@ func writeCSV(path string, plan []*run) error {
 	}
 	defer f.Close()
 	w := csv.NewWriter(f)
-	head := []string{"run", "server", "config", "seconds", "rss_bytes", "rss_anon_bytes", "rss_file_bytes", "heap_inuse_bytes", "goroutines", "open_files", "data_dir_bytes", "cpu_percent", "head_revision", "oldest_revision", "expired_leases"}
+	head := []string{"run", "server", "config", "seconds", "rss_bytes", "rss_anon_bytes", "rss_file_bytes", "heap_inuse_bytes", "goroutines", "open_files", "data_dir_bytes", "value_log_bytes", "value_log_gc_seconds", "cpu_percent", "head_revision", "oldest_revision", "expired_leases"}
 	for _, k := range csvKinds {
 		head = append(head, k+"_n", k+"_p50_ms", k+"_p99_ms")
 	}
@@ -254,7 +272,7 @@ func writeCSV(path string, plan []*run) error {
 	msf := func(d time.Duration) string { return g(float64(d) / float64(time.Millisecond)) }
 	for _, r := range plan {
 		for _, s := range r.samples {
-			row := []string{r.name, r.kind, r.conf, g(s.at.Seconds()), g(s.rss), g(s.anon), g(s.file), g(s.heap), g(s.goroutines), g(s.files), g(s.dataDir),
+			row := []string{r.name, r.kind, r.conf, g(s.at.Seconds()), g(s.rss), g(s.anon), g(s.file), g(s.heap), g(s.goroutines), g(s.files), g(s.dataDir), g(s.valueLog), g(s.valueLogGC),
 				strconv.FormatFloat(s.cpu, 'f', 1, 64), strconv.FormatInt(s.head, 10), strconv.FormatInt(s.oldest, 10), strconv.Itoa(s.expired)}
 			for _, k := range csvKinds {
 				row = append(row, strconv.Itoa(len(s.lat[k])), msf(quantile(s.lat[k], 0.5)), msf(quantile(s.lat[k], 0.99)))

@@ -245,6 +245,11 @@ type sample struct {
 	goroutines float64
 	files      float64 // open file descriptors
 	dataDir    float64 // bytes allocated
+	// valueLog is the bytes sett's value log occupies, and valueLogGC
+	// the seconds its collection has taken since the start
+	// (sett_value_log_bytes, sett_value_log_gc_seconds_total); 0 for
+	// other servers.
+	valueLog, valueLogGC float64
 	cpu        float64 // percent of one core since the sample before
 	head       int64   // the current revision
 	oldest     int64   // the oldest revision still readable
@@ -314,6 +319,13 @@ func (r *run) sample(ctx context.Context) (sample, error) {
 		return s, err
 	}
 	s.goroutines, s.heap = m[0], m[1]
+	if r.kind == "sett" {
+		m, err := metrics(ctx, r.srv.MetricsURL, "sett_value_log_bytes", "sett_value_log_gc_seconds_total")
+		if err != nil {
+			return s, err
+		}
+		s.valueLog, s.valueLogGC = m[0], m[1]
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
