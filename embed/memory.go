@@ -21,7 +21,7 @@ import (
 type budget struct {
 	limit      int64 // bytes; 0 means none
 	goLimit    int64 // the runtime's soft limit; 0 means none
-	memTable   int64
+	memTable   int64 // 0: the engine's default
 	ringBytes  int
 	fileMapped int64 // resident pages of mapped data files before trimming
 	// levelZero and baseLevel shape the engine's merges (0: the
@@ -34,14 +34,13 @@ type budget struct {
 // Defaults for a sett with no limit: sized for a small Kubernetes control
 // plane, not for the largest store Badger can hold.
 const (
-	defaultMemTable   = badger.DefaultMemTableSize
 	defaultRingBytes  = 8 << 20
 	defaultFileMapped = 32 << 20
 )
 
 func newBudget(limit int64) budget {
 	if limit <= 0 {
-		return budget{memTable: defaultMemTable, ringBytes: defaultRingBytes, fileMapped: defaultFileMapped}
+		return budget{ringBytes: defaultRingBytes, fileMapped: defaultFileMapped}
 	}
 	return budget{
 		limit: limit,

@@ -16,7 +16,7 @@ func TestBudget(t *testing.T) {
 	if fixed := b.goLimit + 2*b.memTable + int64(b.ringBytes) + b.fileMapped; fixed > b.limit*6/5 {
 		t.Errorf("budget of 128 MiB hands out %d MiB", fixed>>20)
 	}
-	if b := newBudget(0); b.goLimit != 0 || b.memTable != defaultMemTable || b.ringBytes != defaultRingBytes {
+	if b := newBudget(0); b.goLimit != 0 || b.memTable != 0 || b.ringBytes != defaultRingBytes {
 		t.Errorf("no limit: %+v", b)
 	}
 	if b := newBudget(16 << 20); b.memTable < 2<<20 || b.ringBytes < 1<<20 {
