@@ -8,6 +8,8 @@ import (
 
 // The engine keyspace is split by a one-byte prefix. This table lists
 // every prefix any package writes; a new one is added here first.
+// testdata/spec shows the rows that writes, transactions and compactions
+// leave, decoded (TestSpec; -rewrite writes them anew after a change).
 //
 //	'a' auth:    'a' + name                 users, roles, auth state (AuthTable)
 //	'c' cluster: 'c' + name                 election records (package cluster)
