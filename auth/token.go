@@ -80,12 +80,13 @@ type simpleToken struct {
 	expires time.Time
 }
 
-// etcd's default --auth-token-ttl.
-const defaultSimpleTTL = 300 * time.Second
+// DefaultTokenTTL is how long an unused simple token stays valid when
+// none is given: etcd's default --auth-token-ttl.
+const DefaultTokenTTL = 300 * time.Second
 
 func newSimpleTokens(ttl time.Duration) *simpleTokens {
 	if ttl <= 0 {
-		ttl = defaultSimpleTTL
+		ttl = DefaultTokenTTL
 	}
 	return &simpleTokens{ttl: ttl, now: time.Now, tokens: make(map[string]simpleToken)}
 }

@@ -17,12 +17,16 @@ import (
 )
 
 // Options say how a Shipper ships.
+// DefaultFullInterval is how often a full snapshot starts a new chain
+// when Options gives no interval.
+const DefaultFullInterval = time.Hour
+
 type Options struct {
 	// Interval is the longest a committed revision waits before it is
 	// shipped (--backup-interval).
 	Interval time.Duration
 	// FullInterval is how often a full snapshot starts a new chain
-	// (--backup-full-interval); zero means an hour.
+	// (--backup-full-interval); zero means DefaultFullInterval.
 	FullInterval time.Duration
 	// SegmentBytes bounds a delta: a larger backlog is shipped as
 	// several, and one this big is shipped before the interval is up.
@@ -79,7 +83,7 @@ func NewShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options) *Shipp
 
 func newShipper(store *mvcc.Store, bucket *snapshot.Bucket, opts Options, m metrics) *Shipper {
 	if opts.FullInterval <= 0 {
-		opts.FullInterval = time.Hour
+		opts.FullInterval = DefaultFullInterval
 	}
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = 16 << 20

@@ -126,11 +126,15 @@ type Election struct {
 	seen    uint64        // the epoch of the last leader counted; under step
 }
 
+// DefaultLease is how long a leader holds leadership without renewing
+// it when Options gives no lease (--election-lease).
+const DefaultLease = 2 * time.Second
+
 // New returns the election of the member opts describes, over eng.
 // roles are led in order and followed in reverse order.
 func New(eng engine.Engine, opts Options, roles ...Role) *Election {
 	if opts.Lease <= 0 {
-		opts.Lease = 2 * time.Second
+		opts.Lease = DefaultLease
 	}
 	if opts.Margin <= 0 {
 		opts.Margin = opts.Lease / 4

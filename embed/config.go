@@ -9,9 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/settdb/sett/auth"
+	"github.com/settdb/sett/backup"
+	"github.com/settdb/sett/cluster"
 	"github.com/settdb/sett/server"
 	"github.com/settdb/sett/snapshot"
 	"github.com/settdb/sett/transport"
+	"github.com/settdb/sett/watch"
 )
 
 // Config is everything a sett server is started with. Each field names
@@ -229,7 +233,7 @@ func NewConfig() Config {
 		Name:                        sd.Name,
 		DataDir:                     "./sett.data",
 		Engine:                      "badger",
-		ElectionLease:               2 * time.Second,
+		ElectionLease:               cluster.DefaultLease,
 		StrictReconfigCheck:         true,
 		ListenClientURLs:            []string{"http://127.0.0.1:2379"},
 		InitialClusterToken:         sd.ClusterToken,
@@ -240,7 +244,7 @@ func NewConfig() Config {
 		ClientTLS:                   transport.TLSFiles{MinVersion: tls.VersionTLS12},
 		SelfSignedCertValidity:      1,
 		AuthToken:                   "simple",
-		AuthTokenTTL:                300 * time.Second,
+		AuthTokenTTL:                auth.DefaultTokenTTL,
 		BcryptCost:                  10,
 		MaxRequestBytes:             sd.MaxRequestBytes,
 		MaxTxnOps:                   sd.MaxTxnOps,
@@ -252,13 +256,13 @@ func NewConfig() Config {
 		AutoCompactionMode:          "periodic",
 		AutoCompactionRetention:     "0",
 		WatchProgressNotifyInterval: sd.WatchProgressNotifyInterval,
-		WatchRingEvents:             100_000,
+		WatchRingEvents:             watch.DefaultRingEvents,
 		WarningUnaryRequestDuration: sd.WarningUnaryRequestDuration,
 		WarningApplyDuration:        sd.WarningApplyDuration,
 		SnapshotName:                "sett-snapshot",
 		SnapshotFormat:              "sett",
 		SnapshotRetention:           5,
-		BackupFullInterval:          time.Hour,
+		BackupFullInterval:          backup.DefaultFullInterval,
 		Metrics:                     "basic",
 		LogLevel:                    "info",
 		LogFormat:                   "auto",

@@ -49,6 +49,10 @@ type History interface {
 const DefaultBatchBytes = 16 << 10
 
 // Options bound the ring and what one Next returns.
+// DefaultRingEvents is how many events the ring keeps when Options
+// gives no number (--watch-ring-events).
+const DefaultRingEvents = 100_000
+
 type Options struct {
 	// RingEvents and RingBytes bound the events the ring keeps.
 	RingEvents, RingBytes int
@@ -82,7 +86,7 @@ var _ mvcc.Listener = (*Hub)(nil)
 // watcher is created.
 func NewHub(opts Options) *Hub {
 	if opts.RingEvents <= 0 {
-		opts.RingEvents = 100_000
+		opts.RingEvents = DefaultRingEvents
 	}
 	if opts.RingBytes <= 0 {
 		opts.RingBytes = 64 << 20
