@@ -1,12 +1,10 @@
 package mvcc
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/settdb/sett/engine"
+	"github.com/settdb/sett/internal/casefile"
 )
 
 var rewrite = flag.Bool("rewrite", false, "TestSpec: write each case's output into testdata/spec instead of comparing")
@@ -33,24 +32,21 @@ func TestSpec(t *testing.T) {
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
 			s, db := openStore(t)
-			header, cases, err := readSpec(file)
+			cases, err := casefile.Read(file)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out strings.Builder
-			out.WriteString(header)
-			for _, c := range cases {
-				got := runSpec(t, s, db, c.cmd)
+			for i := range cases {
+				c := &cases[i]
+				got := runSpec(t, s, db, c.Cmd)
 				if *rewrite {
-					fmt.Fprintf(&out, "%s\n----\n%s\n\n", c.cmd, got)
-					continue
-				}
-				if got != c.want {
-					t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", file, c.line, c.cmd, got, c.want)
+					c.Want = got
+				} else if got != c.Want {
+					t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", file, c.Line, c.Cmd, got, c.Want)
 				}
 			}
 			if *rewrite {
-				if err := os.WriteFile(file, []byte(strings.TrimSuffix(out.String(), "\n")+"\n"), 0o644); err != nil {
+				if err := casefile.Write(file, cases); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -58,55 +54,12 @@ func TestSpec(t *testing.T) {
 	}
 }
 
-type specCase struct {
-	line      int
-	cmd, want string
-}
-
-// readSpec reads a file of cases, and the comment lines that open it.
-func readSpec(file string) (header string, cases []specCase, err error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	var c *specCase
-	inWant := false
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case c == nil && len(cases) == 0 && (line == "" || strings.HasPrefix(line, "#")):
-			header += line + "\n"
-		case c == nil && (line == "" || strings.HasPrefix(line, "#")):
-		case c == nil:
-			c = &specCase{line: n, cmd: line}
-		case !inWant && line == "----":
-			inWant = true
-		case !inWant:
-			c.cmd += "\n" + line
-		case line == "":
-			cases = append(cases, *c)
-			c, inWant = nil, false
-		default:
-			if c.want != "" {
-				c.want += "\n"
-			}
-			c.want += line
-		}
-	}
-	if c != nil {
-		cases = append(cases, *c)
-	}
-	return header, cases, sc.Err()
-}
-
 // runSpec runs one command and returns what it answers.
 func runSpec(t *testing.T, s *Store, db engine.Engine, cmd string) string {
 	t.Helper()
 	ctx := context.Background()
 	lines := strings.Split(cmd, "\n")
-	f := specFields(lines[0])
+	f := specFields(t, lines[0])
 	fail := func(err error) string {
 		t.Helper()
 		if err != nil {
@@ -134,7 +87,7 @@ func runSpec(t *testing.T, s *Store, db engine.Engine, cmd string) string {
 	case f[0] == "txn" && len(f) == 1:
 		req := &pb.TxnRequest{}
 		for _, line := range lines[1:] {
-			w := specFields(line)
+			w := specFields(t, line)
 			switch {
 			case len(w) == 4 && w[0] == "if" && w[2] == "=":
 				c, err := specCompare(w[1], w[3])
@@ -179,12 +132,11 @@ func runSpec(t *testing.T, s *Store, db engine.Engine, cmd string) string {
 
 // specFields splits a command's line into words, a word in Go's
 // double quotes unquoted (for bytes a plain word cannot hold).
-func specFields(line string) []string {
-	w := strings.Fields(line)
-	for i, s := range w {
-		if u, err := strconv.Unquote(s); err == nil {
-			w[i] = u
-		}
+func specFields(t *testing.T, line string) []string {
+	t.Helper()
+	w, err := casefile.Words(line)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return w
 }

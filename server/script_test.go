@@ -1,21 +1,19 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"unicode"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/status"
 
+	"github.com/settdb/sett/internal/casefile"
 	"github.com/settdb/sett/server"
 )
 
@@ -47,14 +45,14 @@ func TestScripts(t *testing.T) {
 				ref := runCase(ctx, t, etcd, c)
 				got := runCase(ctx, t, sett, c)
 				if *rewrite {
-					if c.want != ref {
-						c.want, changed = ref, true
+					if c.Want != ref {
+						c.Want, changed = ref, true
 					}
-				} else if ref != c.want {
-					t.Errorf("%s:%d: etcd answers differently from the script\n%s\nscript:\n%s\netcd:\n%s", file, c.line, c.cmd, c.want, ref)
+				} else if ref != c.Want {
+					t.Errorf("%s:%d: etcd answers differently from the script\n%s\nscript:\n%s\netcd:\n%s", file, c.Line, c.Cmd, c.Want, ref)
 				}
 				if got != ref {
-					t.Errorf("%s:%d: sett differs from etcd\n%s\netcd:\n%s\nsett:\n%s", file, c.line, c.cmd, ref, got)
+					t.Errorf("%s:%d: sett differs from etcd\n%s\netcd:\n%s\nsett:\n%s", file, c.Line, c.Cmd, ref, got)
 				}
 			}
 			if changed {
@@ -64,47 +62,12 @@ func TestScripts(t *testing.T) {
 	}
 }
 
-type scriptCase struct {
-	line int
-	cmd  string // one or more request lines
-	want string
-}
+type scriptCase = casefile.Case
 
 func parseScript(t *testing.T, file string) []scriptCase {
 	t.Helper()
-	f, err := os.Open(file)
+	cases, err := casefile.Read(file)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cases []scriptCase
-	var cur *scriptCase
-	inWant := false
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case cur == nil && (line == "" || strings.HasPrefix(line, "#")):
-		case cur == nil:
-			cases = append(cases, scriptCase{line: n, cmd: line})
-			cur = &cases[len(cases)-1]
-		case !inWant && line == "----":
-			inWant = true
-		case !inWant && line == "":
-			// A request with no answer yet, for -rewrite to fill in.
-			cur = nil
-		case !inWant:
-			cur.cmd += "\n" + line
-		case line == "":
-			cur, inWant = nil, false
-		default:
-			if cur.want != "" {
-				cur.want += "\n"
-			}
-			cur.want += line
-		}
-	}
-	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return cases
@@ -112,59 +75,19 @@ func parseScript(t *testing.T, file string) []scriptCase {
 
 func writeScript(t *testing.T, file string, cases []scriptCase) {
 	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Keep the leading comment block; rewrite every case.
-	var b strings.Builder
-	for _, l := range strings.Split(string(src), "\n") {
-		if !strings.HasPrefix(l, "#") {
-			break
-		}
-		b.WriteString(l + "\n")
-	}
-	for _, c := range cases {
-		fmt.Fprintf(&b, "\n%s\n----\n%s\n", c.cmd, c.want)
-	}
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+	if err := casefile.Write(file, cases); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // words splits a line on spaces, keeping Go-quoted strings whole.
 func words(t *testing.T, line string) []string {
-	var out []string
-	for line = strings.TrimSpace(line); line != ""; line = strings.TrimSpace(line) {
-		if line[0] == '"' {
-			q, err := strconv.QuotedPrefix(line)
-			if err != nil {
-				t.Fatalf("bad quoted string in %q: %v", line, err)
-			}
-			s, _ := strconv.Unquote(q)
-			out = append(out, s)
-			line = line[len(q):]
-			continue
-		}
-		end := strings.IndexFunc(line, unicode.IsSpace)
-		if end < 0 {
-			end = len(line)
-		}
-		w := line[:end]
-		if i := strings.Index(w, `="`); i > 0 {
-			q, err := strconv.QuotedPrefix(line[i+1:])
-			if err != nil {
-				t.Fatalf("bad quoted string in %q: %v", line, err)
-			}
-			s, _ := strconv.Unquote(q)
-			out = append(out, w[:i+1]+s)
-			line = line[i+1+len(q):]
-			continue
-		}
-		out = append(out, w)
-		line = line[end:]
+	t.Helper()
+	w, err := casefile.Words(line)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return w
 }
 
 // opts parses key=value and bare flags after the positional words.
@@ -273,7 +196,7 @@ func deleteReq(ws []string) *pb.DeleteRangeRequest {
 // runCase sends a case's request and renders the answer. A request
 // "as USER ..." is made with the token USER last authenticated with.
 func runCase(ctx context.Context, t *testing.T, side *authSide, c *scriptCase) string {
-	lines := strings.Split(c.cmd, "\n")
+	lines := strings.Split(c.Cmd, "\n")
 	ws := words(t, lines[0])
 	if len(ws) > 2 && ws[0] == "as" {
 		ctx, ws = side.as(ctx, ws[1]), ws[2:]
@@ -317,7 +240,7 @@ func runCase(ctx context.Context, t *testing.T, side *authSide, c *scriptCase) s
 	default:
 		var ok bool
 		if out, err, ok = runAuthCase(ctx, t, side, ws); !ok {
-			t.Fatalf("line %d: unknown command %q", c.line, ws[0])
+			t.Fatalf("line %d: unknown command %q", c.Line, ws[0])
 		}
 	}
 	if err != nil {
