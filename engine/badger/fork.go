@@ -1,52 +1,46 @@
 package badger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	"github.com/settdb/sett/engine"
 )
 
-// A fork of a stopped store shares with it every file neither will
-// write again, as hard links, and copies the rest. What each of Badger's
-// files is, and why the fork may or may not share it:
+// A fork of a stopped store is a copy of its files, but the lock: a
+// copy that shares the source's blocks where the file system can clone a
+// file (XFS, btrfs, bcachefs, APFS: a clone costs no data and no time,
+// and either side's writes go to blocks of its own), and a plain copy
+// elsewhere (ext4, tmpfs), which writes only the blocks that hold data:
+// Badger creates its logs sparse at twice their size.
 //
-//	*.sst         tables: written once, synced, then only read until a
-//	              merge removes them; shared
-//	*.vlog        value log: appended to, the newest file only; an older
-//	              one is only read until value-log GC removes it (a
-//	              rewrite goes to the newest file); shared but the newest,
-//	              whose tail Badger cuts at open and appends to
-//	*.mem         memtable logs, written through a mapping; copied
-//	MANIFEST      appended to, and rewritten beside and renamed; copied
-//	DISCARD       value-log statistics, written in place; copied
-//	KEYREGISTRY   small; copied
-//	wal/          sett's write-ahead log, appended to; copied
-//	LOCK          the lock; left out, each store takes its own
-//
-// Removing a shared name removes that store's link only, so either store
-// may be deleted, or merge its tables away, without the other noticing.
-// Badger creates its logs sparse at twice their size, so a copy writes
-// only the blocks that hold data: a fork costs the disk what the two
-// stores' logs hold, not what they reserve.
+// Hard links would share more widely, and are wrong: Badger never
+// rewrites a table or a value log, but when it removes one (a table a
+// merge replaced, a value log GC rewrote) it first cuts it to nothing
+// through its own handle (ristretto's z.MmapFile.Delete), which cuts
+// the file for every name it has. A fork that merged away a table it
+// shared would take it from its source, and from every sibling, whose
+// mappings of it would then fault.
 
-// ForkStats says what a fork shared and what it copied.
+// ForkStats says what a fork cloned and what it copied.
 type ForkStats struct {
-	Linked, Copied int   // files
-	CopiedBytes    int64 // bytes of data written
+	Cloned, Copied int   // files
+	CopiedBytes    int64 // bytes of data written by the copies
 }
 
 // Fork makes dst, an empty directory, a store of its own holding what the
-// stopped store in src holds (see above), and makes dst's names and the
-// files it copied durable; the files it linked are src's, which the store
-// synced as it wrote them. src is held with a shared lock meanwhile: a
-// store another process has open (a running sett) is refused with
-// ErrLocked, and any number of forks of one store may run at once. Where
-// a hard link cannot be made (another file system), the file is copied.
-func Fork(src, dst string) (ForkStats, error) {
+// stopped store in src holds (see above), durably: its files and names.
+// src is held with a shared lock meanwhile: a store another process has
+// open (a running sett) is refused with ErrLocked, and any number of
+// forks of one store may run at once. src is only read. If view is not
+// nil, it reads src as it was forked, through View, before the lock
+// goes; it is not called for a store whose write-ahead log holds
+// commits beyond Badger (HasLog), which View would not show.
+func Fork(src, dst string, view func(engine.Reader) error) (ForkStats, error) {
 	var st ForkStats
 	if !Exists(src) {
 		return st, fmt.Errorf("%q holds no sett store", src)
@@ -56,11 +50,28 @@ func Fork(src, dst string) (ForkStats, error) {
 		return st, err
 	}
 	defer lock.release()
-	entries, err := os.ReadDir(src)
-	if err != nil {
+	c := &copier{buf: make([]byte, copyChunk), zero: make([]byte, copyChunk)}
+	if err := c.forkFiles(src, dst, &st); err != nil {
 		return st, err
 	}
-	newest := newestVlog(entries)
+	if err := syncClones(dst); err != nil {
+		return st, err
+	}
+	if view != nil && !HasLog(src) {
+		// The source's own files, whose pages are likelier in memory
+		// than the clones' just made.
+		return st, View(src, view)
+	}
+	return st, nil
+}
+
+// forkFiles clones or copies the files of the directory src into the
+// directory dst, and the write-ahead log's directory with its segments.
+func (c *copier) forkFiles(src, dst string, st *ForkStats) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
 		name := e.Name()
 		from, to := filepath.Join(src, name), filepath.Join(dst, name)
@@ -68,83 +79,48 @@ func Fork(src, dst string) (ForkStats, error) {
 		case name == lockName:
 			continue
 		case name == walDir && e.IsDir():
-			if err := forkWAL(from, to, &st); err != nil {
-				return st, err
+			if err := os.Mkdir(to, 0o700); err != nil {
+				return err
+			}
+			if err := c.forkFiles(from, to, st); err != nil {
+				return fmt.Errorf("fork write-ahead log: %w", err)
+			}
+			if err := syncDir(to); err != nil {
+				return err
 			}
 			continue
 		case !e.Type().IsRegular():
 			continue // not Badger's: the data dir's owner keeps its own
 		}
-		link := strings.HasSuffix(name, ".sst") ||
-			strings.HasSuffix(name, ".vlog") && name != newest
-		if link {
-			// An empty log is one Badger fills at its next open: a link
-			// would let it grow in both stores.
-			if fi, err := e.Info(); err != nil || fi.Size() == 0 {
-				link = false
-			}
+		fi, err := e.Info()
+		if err != nil {
+			return err
 		}
-		if link && os.Link(from, to) == nil {
-			st.Linked++
+		if cloneFile(from, to, fi.Mode().Perm()) == nil {
+			st.Cloned++
 			continue
 		}
-		n, err := copySparse(from, to)
+		n, err := c.copySparse(from, to)
 		if err != nil {
-			return st, fmt.Errorf("fork %s: %w", name, err)
+			return fmt.Errorf("fork %s: %w", name, err)
 		}
 		st.Copied++
 		st.CopiedBytes += n
 	}
-	return st, syncDir(dst)
-}
-
-// newestVlog names the value-log file Badger appends to: the one with
-// the highest number.
-func newestVlog(entries []os.DirEntry) string {
-	newest, best := "", int64(-1)
-	for _, e := range entries {
-		num, ok := strings.CutSuffix(e.Name(), ".vlog")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n > best {
-			newest, best = e.Name(), n
-		}
-	}
-	return newest
-}
-
-// forkWAL copies the write-ahead log's segments from the directory from
-// into a new directory to.
-func forkWAL(from, to string, st *ForkStats) error {
-	entries, err := os.ReadDir(from)
-	if err != nil {
-		return err
-	}
-	if err := os.Mkdir(to, 0o700); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		n, err := copySparse(filepath.Join(from, e.Name()), filepath.Join(to, e.Name()))
-		if err != nil {
-			return fmt.Errorf("fork write-ahead log: %w", err)
-		}
-		st.Copied++
-		st.CopiedBytes += n
-	}
-	return syncDir(to)
+	return nil
 }
 
 // copyChunk is the unit copySparse writes or skips.
 const copyChunk = 1 << 20
 
+// copier copies files through buf, a chunk at a time; zero is a chunk of
+// zeros to compare with.
+type copier struct{ buf, zero []byte }
+
 // copySparse copies the file from to a new file to, durably, writing
 // only the chunks that hold a byte other than zero: the rest stay holes,
 // which read as the zeros they were. It returns the bytes written.
-func copySparse(from, to string) (int64, error) {
+func (c *copier) copySparse(from, to string) (int64, error) {
 	in, err := os.Open(from)
 	if err != nil {
 		return 0, err
@@ -158,7 +134,7 @@ func copySparse(from, to string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := copyData(in, out, fi.Size())
+	n, err := c.copyData(in, out, fi.Size())
 	if err == nil {
 		err = out.Truncate(fi.Size())
 	}
@@ -170,8 +146,8 @@ func copySparse(from, to string) (int64, error) {
 
 // copyData copies the data of in, size bytes, to the same offsets of
 // out, skipping the holes and the chunks of zeros.
-func copyData(in, out *os.File, size int64) (int64, error) {
-	buf := make([]byte, copyChunk)
+func (c *copier) copyData(in, out *os.File, size int64) (int64, error) {
+	buf := c.buf
 	var written int64
 	for off := int64(0); off < size; {
 		start, end, err := dataRegion(in, off, size)
@@ -180,13 +156,13 @@ func copyData(in, out *os.File, size int64) (int64, error) {
 		}
 		for off = start; off < end; {
 			n, err := in.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
-			if n == 0 && err != nil {
-				if err == io.EOF {
-					return written, nil // shrunk meanwhile: not ours
+			if n == 0 {
+				if err == nil || err == io.EOF {
+					err = fmt.Errorf("%s shrank while it was copied", in.Name())
 				}
 				return written, err
 			}
-			if !zeros(buf[:n]) {
+			if !bytes.Equal(buf[:n], c.zero[:n]) {
 				if _, err := out.WriteAt(buf[:n], off); err != nil {
 					return written, err
 				}
