@@ -4,20 +4,23 @@
 // test a fork; an operator tries a change on a fork of production's
 // store.
 //
-// A stopped store is forked by its files (Dir): the files its engine
-// never writes again are shared as hard links, the rest copied, so a
-// fork costs milliseconds and the disk of the logs it copies, whatever
-// the store's size (see badger.Fork). A running store's files are being
-// written; it is forked through its server instead (FromServer), from
-// the consistent snapshot the server streams, restored into the new
-// data dir: a full copy, at the revision the snapshot was taken at.
+// A stopped store is forked by its files (Dir): cloned where the file
+// system shares blocks between files (XFS, btrfs, APFS: milliseconds,
+// and no disk until either store writes), copied elsewhere (see
+// badger.Fork). A running store's files are being written; it is forked
+// through its server instead (FromServer), from the consistent snapshot
+// the server streams, restored into the new data dir: a full copy, at
+// the revision the snapshot was taken at.
 //
 // Either way the fork is built beside its place and marked unfinished
 // as a restore is (snapshot.Build), so a fork stopped midway is refused
 // at start, never served; it is durable when the call returns. A fork
 // has member and cluster IDs of its own unless Options.KeepIDs: two
 // stores that answer with one cluster ID are the same cluster to a
-// client.
+// client. They are chosen when the fork is made and kept in a file of
+// the fork's, idsName, which the fork's first start makes its identity
+// (TakeIDs): the fork itself writes nothing through the engine, which
+// would cost an open of the whole store.
 package fork
 
 import (
@@ -32,6 +35,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/internal/durable"
 	"github.com/settdb/sett/mvcc"
@@ -52,15 +56,19 @@ type Options struct {
 type Result struct {
 	// Revision is the fork's revision: the source's when it was forked.
 	Revision int64
-	// MemberID and ClusterID are the fork's (0 for a store that keeps
-	// none yet and derives them from its flags at start).
+	// MemberID and ClusterID are the IDs the fork takes at its first
+	// start; 0 with Options.KeepIDs.
 	MemberID, ClusterID uint64
-	// Linked counts the files shared with the source, Copied those
-	// copied, CopiedBytes the data written to copy them (the copy of a
-	// running store's snapshot is not counted).
-	Linked, Copied int
+	// Cloned counts the files that share the source's blocks, Copied
+	// those copied, CopiedBytes the data written to copy them (a fork
+	// of a running server is a restore, and counts none).
+	Cloned, Copied int
 	CopiedBytes    int64
 }
+
+// idsName is the file of a fork that holds the member and cluster IDs
+// its first start takes (see TakeIDs): 8 bytes each, big-endian.
+const idsName = "FORK-IDS"
 
 // Dir forks the stopped sett store in the directory src (a data dir, or
 // the store an adopted etcd member's data dir holds) into to, which must
@@ -70,12 +78,21 @@ type Result struct {
 func Dir(ctx context.Context, src, to string, o Options) (Result, error) {
 	var res Result
 	err := snapshot.Build(to, func(tmp string) error {
-		st, err := badger.Fork(src, tmp)
-		res.Linked, res.Copied, res.CopiedBytes = st.Linked, st.Copied, st.CopiedBytes
+		exact := false
+		st, err := badger.Fork(src, tmp, func(r engine.Reader) (err error) {
+			res.Revision, exact, err = mvcc.Revision(r)
+			return err
+		})
+		res.Cloned, res.Copied, res.CopiedBytes = st.Cloned, st.Copied, st.CopiedBytes
 		if err != nil {
 			return err
 		}
-		return settle(ctx, tmp, o, &res)
+		if !exact {
+			if res.Revision, err = openRevision(tmp, o.Log); err != nil {
+				return err
+			}
+		}
+		return identify(tmp, o, &res)
 	})
 	if err != nil {
 		return res, fmt.Errorf("fork %s into %s: %w", src, to, err)
@@ -104,72 +121,83 @@ func FromServer(ctx context.Context, cfg clientv3.Config, to string, o Options) 
 	if _, err := snapshot.Save(ctx, cfg, path, "sett", badger.OpenDir, nil); err != nil {
 		return res, fmt.Errorf("fork %v: %w", cfg.Endpoints, err)
 	}
-	_, err = snapshot.RestoreThen(path, to, snapshot.RestoreOptions{Open: badger.OpenDir, Log: o.Log}, func(tmp string) error {
-		return settle(ctx, tmp, o, &res)
+	info, err := snapshot.RestoreThen(path, to, snapshot.RestoreOptions{Open: badger.OpenDir, Log: o.Log}, func(tmp string) error {
+		return identify(tmp, o, &res)
 	})
+	res.Revision = info.Revision
 	if err != nil {
 		return res, fmt.Errorf("fork %v into %s: %w", cfg.Endpoints, to, err)
 	}
 	return res, nil
 }
 
-// settle makes the store in dir a fork: it reads its revision, gives it
-// IDs of its own unless o.KeepIDs, and makes every file and name in dir
-// durable, the files shared with the source too: the fork is durable
-// when it is moved into place whatever the source did not sync.
-func settle(ctx context.Context, dir string, o Options, res *Result) error {
-	if err := identify(ctx, dir, o, res); err != nil {
-		return err
-	}
-	return durable.SyncTree(dir)
-}
-
-// identify opens the store in dir, reads its revision and IDs, and gives
-// it new IDs unless o.KeepIDs.
-func identify(ctx context.Context, dir string, o Options, res *Result) (err error) {
-	log := o.Log
+// openRevision opens the store in dir, a fork, to read its revision:
+// opening replays what a write-ahead log holds beyond the engine, and
+// takes back a request the source stopped in.
+func openRevision(dir string, log *slog.Logger) (rev int64, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	db, err := badger.Open(badger.Options{Dir: dir, Logger: log})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() { err = errors.Join(err, db.Close()) }()
 	store, err := mvcc.Open(db, mvcc.Options{Logger: log})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() { err = errors.Join(err, store.Close()) }()
-	res.Revision = store.Rev()
+	return store.Rev(), nil
+}
+
+// identify gives the fork in dir new IDs, to be taken at its first
+// start, unless o.KeepIDs, and makes the file that says so durable.
+func identify(dir string, o Options, res *Result) error {
 	if o.KeepIDs {
-		res.MemberID, res.ClusterID, err = identity(store)
+		return nil
+	}
+	res.MemberID, res.ClusterID = randomID(), randomID()
+	path := filepath.Join(dir, idsName)
+	os.Remove(path) // the source's own, if it is a fork not yet started
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
 		return err
 	}
-	res.MemberID, res.ClusterID, err = newIdentity(ctx, store)
-	return err
+	_, err = f.Write(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, res.MemberID), res.ClusterID))
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	return durable.SyncDir(dir)
 }
 
-// identity reads the member and cluster IDs store keeps, 0 and 0 if it
-// keeps none.
-func identity(store *mvcc.Store) (member, cluster uint64, err error) {
-	id, err := store.Records(mvcc.IdentityTable)
+// TakeIDs makes the member and cluster IDs a fork was given at Dir or
+// FromServer the identity of store, whose data dir is dir, and reports
+// them; ok is false, and nothing written, for a store that is no fork
+// or whose fork kept its source's IDs, or that took them already. The
+// fork becomes a cluster of that one member: the source's member
+// records (its peer URLs, members it added) are the source's. The file
+// that held them goes only once they are durable in the store, so a
+// start stopped midway takes them again.
+func TakeIDs(ctx context.Context, dir string, store *mvcc.Store) (member, cluster uint64, ok bool, err error) {
+	path := filepath.Join(dir, idsName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 0, false, nil
+	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
-	if b, ok := id[""]; ok {
-		return server.DecodeIdentity(b)
+	if len(b) != 16 {
+		return 0, 0, false, fmt.Errorf("%s: %d bytes, want 16", path, len(b))
 	}
-	return 0, 0, nil
-}
-
-// newIdentity gives store new random member and cluster IDs, and makes
-// it a cluster of that one member: the source's member records (its own
-// peer URLs, members it added) are the source's.
-func newIdentity(ctx context.Context, store *mvcc.Store) (member, cluster uint64, err error) {
+	member, cluster = binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:])
 	members, err := store.Records(mvcc.MemberTable)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	if len(members) > 0 {
 		drop := make(map[string][]byte, len(members))
@@ -177,11 +205,16 @@ func newIdentity(ctx context.Context, store *mvcc.Store) (member, cluster uint64
 			drop[name] = nil
 		}
 		if err := store.WriteRecords(ctx, mvcc.MemberTable, drop); err != nil {
-			return 0, 0, err
+			return 0, 0, false, err
 		}
 	}
-	member, cluster = randomID(), randomID()
-	return member, cluster, store.WriteRecords(ctx, mvcc.IdentityTable, map[string][]byte{"": server.EncodeIdentity(member, cluster)})
+	if err := store.WriteRecords(ctx, mvcc.IdentityTable, map[string][]byte{"": server.EncodeIdentity(member, cluster)}); err != nil {
+		return 0, 0, false, err
+	}
+	if err := os.Remove(path); err != nil {
+		return 0, 0, false, err
+	}
+	return member, cluster, true, durable.SyncDir(dir)
 }
 
 // randomID is a random ID other than 0, which means none.
