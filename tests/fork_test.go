@@ -1,0 +1,75 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/settdb/sett/internal/harness"
+)
+
+// TestForkCommand: `sett fork` makes a new data dir from a stopped
+// sett's, and from a running one's through --endpoints, prints the
+// revision, refuses what it must, and the fork serves the source's keys
+// at that revision with a cluster ID of its own.
+func TestForkCommand(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "data")
+	addr := harness.FreeAddr(t)
+	s := startChild(t, dir, addr)
+	cli := harness.NewClient(t, addr)
+	ctx := context.Background()
+	for i := range 50 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/registry/pods/%02d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := head.Header.Revision
+	srcCluster := head.Header.ClusterId
+
+	if _, errOut, code := runSett(t, "fork", "--data-dir", dir, "--to", filepath.Join(root, "refused")); code == 0 || !strings.Contains(errOut, "--endpoints") {
+		t.Fatalf("fork --data-dir of a running sett: exit %d\n%s", code, errOut)
+	}
+	running := filepath.Join(root, "from-running")
+	out, errOut, code := runSett(t, "fork", "--endpoints", addr, "--to", running)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("at revision %d", rev)) {
+		t.Fatalf("fork --endpoints: exit %d\n%s%s", code, out, errOut)
+	}
+	s.stop()
+
+	stopped := filepath.Join(root, "from-stopped")
+	out, errOut, code = runSett(t, "fork", "--data-dir", dir, "--to", stopped)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("at revision %d", rev)) {
+		t.Fatalf("fork --data-dir: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := runSett(t, "fork", "--data-dir", dir, "--to", stopped); code == 0 {
+		t.Fatalf("fork into a data dir that is not empty succeeded\n%s", errOut)
+	}
+	if _, errOut, code := runSett(t, "fork", "--data-dir", dir); code == 0 || !strings.Contains(errOut, "--to") {
+		t.Fatalf("fork without --to: exit %d\n%s", code, errOut)
+	}
+
+	for _, d := range []string{running, stopped} {
+		addr := harness.FreeAddr(t)
+		c := startChild(t, d, addr)
+		got, err := harness.NewClient(t, addr).Get(ctx, "/registry/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Count != 50 || got.Header.Revision != rev {
+			t.Errorf("%s: %d keys at revision %d, want 50 at %d", d, got.Count, got.Header.Revision, rev)
+		}
+		if got.Header.ClusterId == srcCluster {
+			t.Errorf("%s: the source's cluster ID %x", d, srcCluster)
+		}
+		c.stop()
+	}
+}
