@@ -73,3 +73,42 @@ func TestForkCommand(t *testing.T) {
 		c.stop()
 	}
 }
+
+// TestForkKilled: a fork of a sett killed with kill -9 holds every
+// acknowledged write and reports the revision of the last: the fork
+// copies the write-ahead log the source left, and opens the store to
+// read a revision only the log holds.
+func TestForkKilled(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "data")
+	addr := harness.FreeAddr(t)
+	s := startChild(t, dir, addr)
+	cli := harness.NewClient(t, addr)
+	ctx := context.Background()
+	var rev int64
+	for i := range 300 {
+		resp, err := cli.Put(ctx, fmt.Sprintf("/registry/pods/%03d", i), "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	s.kill()
+	if segs, _ := filepath.Glob(filepath.Join(dir, "wal", "*.wal")); len(segs) == 0 {
+		t.Fatal("the killed sett left no write-ahead log: the test tests nothing")
+	}
+	to := filepath.Join(root, "fork")
+	out, errOut, code := runSett(t, "fork", "--data-dir", dir, "--to", to)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("at revision %d", rev)) {
+		t.Fatalf("fork of a killed sett: exit %d, want revision %d\n%s%s", code, rev, out, errOut)
+	}
+	addr = harness.FreeAddr(t)
+	startChild(t, to, addr)
+	got, err := harness.NewClient(t, addr).Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Count != 300 || got.Header.Revision != rev {
+		t.Errorf("fork: %d keys at revision %d, want 300 at %d", got.Count, got.Header.Revision, rev)
+	}
+}
