@@ -10,9 +10,11 @@
 // badger.Fork). A running store's files are being written; it is forked
 // through its server instead (FromServer), from the consistent snapshot
 // the server streams, restored into the new data dir: a full copy, at
-// the revision the snapshot was taken at.
+// the revision the snapshot was taken at. A store whose continuous
+// backup is in a bucket is forked at any point the backup holds
+// (FromBackup), by a restore.
 //
-// Either way the fork is built beside its place and marked unfinished
+// Every way, the fork is built beside its place and marked unfinished
 // as a restore is (snapshot.Build), so a fork stopped midway is refused
 // at start, never served; it is durable when the call returns. A fork
 // has member and cluster IDs of its own unless Options.KeepIDs: two
@@ -35,6 +37,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/settdb/sett/backup"
 	"github.com/settdb/sett/engine"
 	"github.com/settdb/sett/engine/badger"
 	"github.com/settdb/sett/internal/durable"
@@ -127,6 +130,21 @@ func FromServer(ctx context.Context, cfg clientv3.Config, to string, o Options) 
 	res.Revision = info.Revision
 	if err != nil {
 		return res, fmt.Errorf("fork %v into %s: %w", cfg.Endpoints, to, err)
+	}
+	return res, nil
+}
+
+// FromBackup forks the store whose continuous backup is in bucket, as
+// it was at p (backup.PointAt; the zero Point: the newest the bucket
+// holds), into to, which must be missing or empty: a restore of the
+// backup (backup.Restore), with IDs of its own.
+func FromBackup(ctx context.Context, bucket *snapshot.Bucket, to string, p backup.Point, o Options) (Result, error) {
+	var res Result
+	restored, err := backup.Restore(ctx, bucket, to, p, backup.RestoreOptions{Open: badger.OpenDir, Log: o.Log,
+		Then: func(tmp string) error { return identify(tmp, o, &res) }})
+	res.Revision = restored.Revision
+	if err != nil {
+		return res, fmt.Errorf("fork the backup in %s into %s: %w", bucket.Path(backup.Root), to, err)
 	}
 	return res, nil
 }
