@@ -112,3 +112,60 @@ func TestForkKilled(t *testing.T) {
 		t.Errorf("fork: %d keys at revision %d, want 300 at %d", got.Count, got.Header.Revision, rev)
 	}
 }
+
+// TestForkBackup: `sett fork --snapshot-s3` forks a store from its
+// continuous backup, at a revision or at the newest point: the fork is
+// what the original held then, with a cluster ID of its own.
+func TestForkBackup(t *testing.T) {
+	s3 := harness.StartS3(t, "snaps")
+	s, cli := spawnBackedUp(t, s3, filepath.Join(t.TempDir(), "data"))
+	await(t, "the first full snapshot", func() bool {
+		return metric(t, s.addr, `sett_backup_shipped_objects_total{kind="full"}`) >= 1
+	})
+	ctx := harness.Context(t)
+	var revs []int64
+	for i := range 30 {
+		resp, err := cli.Put(ctx, fmt.Sprintf("/k/%02d", i%10), fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, resp.Header.Revision)
+	}
+	last, mid := revs[len(revs)-1], revs[len(revs)/2]
+	await(t, "the backup of the last write", func() bool { return metric(t, s.addr, "sett_backup_revision") >= float64(last) })
+	wantMid, wantLast := rangeAt(t, cli, mid), rangeAt(t, cli, 0)
+	head, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		extra []string
+		rev   int64
+		want  string
+	}{{[]string{"--to-revision", fmt.Sprint(mid)}, mid, wantMid}, {nil, last, wantLast}} {
+		to := filepath.Join(t.TempDir(), "fork")
+		args := append(append([]string{"fork", "--to", to}, s3Args(s3, s3.Endpoint)...), c.extra...)
+		out, errOut, code := runSett(t, args...)
+		if code != 0 || !strings.Contains(out, fmt.Sprintf("at revision %d", c.rev)) {
+			t.Fatalf("fork %q: exit %d, want revision %d\n%s%s", c.extra, code, c.rev, out, errOut)
+		}
+		f := startChild(t, to, harness.FreeAddr(t))
+		fcli := harness.NewClient(t, f.addr)
+		if got := rangeAt(t, fcli, 0); got != c.want {
+			t.Errorf("fork %q:\n%s\nthe original at %d:\n%s", c.extra, got, c.rev, c.want)
+		}
+		resp, err := fcli.Get(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Revision != c.rev || resp.Header.ClusterId == head.Header.ClusterId {
+			t.Errorf("fork %q: revision %d, cluster ID %x; want %d and not the original's %x",
+				c.extra, resp.Header.Revision, resp.Header.ClusterId, c.rev, head.Header.ClusterId)
+		}
+		f.stop()
+	}
+	if _, errOut, code := runSett(t, "fork", "--data-dir", t.TempDir(), "--to-revision", "3", "--to", filepath.Join(t.TempDir(), "x")); code == 0 || !strings.Contains(errOut, "--snapshot-s3") {
+		t.Errorf("--to-revision without --snapshot-s3: exit %d\n%s", code, errOut)
+	}
+}
