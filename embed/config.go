@@ -209,8 +209,9 @@ type Config struct {
 	// DataDir then starts as that store's copy, at its revision, with
 	// member and cluster IDs of its own, and goes its own way; the source
 	// is only read, and any number of servers may fork it at once (see
-	// package fork). DataDir must be missing or empty. Go programs only:
-	// the command's `sett fork` does the same.
+	// package fork). DataDir must be missing or empty: a server started
+	// again on its fork is given a Config without ForkFrom. Go programs
+	// only: the command's `sett fork` does the same.
 	ForkFrom string
 
 	// Secrets are values the server never shows, besides SnapshotS3's

@@ -80,6 +80,9 @@ const idsName = "FORK-IDS"
 // at once; the source is only read.
 func Dir(ctx context.Context, src, to string, o Options) (Result, error) {
 	var res Result
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
 	err := snapshot.Build(to, func(tmp string) error {
 		exact := false
 		st, err := badger.Fork(src, tmp, func(r engine.Reader) (err error) {

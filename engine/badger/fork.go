@@ -96,9 +96,12 @@ func (c *copier) forkFiles(src, dst string, st *ForkStats) error {
 		if err != nil {
 			return err
 		}
-		if cloneFile(from, to, fi.Mode().Perm()) == nil {
-			st.Cloned++
-			continue
+		if !c.noClone {
+			if cloneFile(from, to, fi.Mode().Perm()) == nil {
+				st.Cloned++
+				continue
+			}
+			c.noClone = true
 		}
 		n, err := c.copySparse(from, to)
 		if err != nil {
@@ -114,8 +117,13 @@ func (c *copier) forkFiles(src, dst string, st *ForkStats) error {
 const copyChunk = 1 << 20
 
 // copier copies files through buf, a chunk at a time; zero is a chunk of
-// zeros to compare with.
-type copier struct{ buf, zero []byte }
+// zeros to compare with. noClone is set once a clone has failed: the
+// files of one store are on one file system, which clones all of them
+// or none.
+type copier struct {
+	buf, zero []byte
+	noClone   bool
+}
 
 // copySparse copies the file from to a new file to, durably, writing
 // only the chunks that hold a byte other than zero: the rest stay holes,
