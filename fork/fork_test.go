@@ -2,6 +2,7 @@ package fork_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,6 +118,31 @@ func sameKVs(t *testing.T, what string, got, want []*mvccpb.KeyValue) {
 	}
 }
 
+// files describes every file of dir: name, size, time and content.
+func files(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %s %x\n", path, fi.Size(), fi.ModTime(), sha256.Sum256(data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
 func clusterID(t *testing.T, ctx context.Context, cli *clientv3.Client) (member, cluster uint64) {
 	t.Helper()
 	resp, err := cli.MemberList(ctx)
@@ -139,9 +165,13 @@ func TestDir(t *testing.T) {
 	srcMember, srcCluster := clusterID(t, ctx, s.cli)
 	s.stop(t)
 
+	before := files(t, src)
 	res, err := fork.Dir(ctx, src, dst, fork.Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if after := files(t, src); after != before {
+		t.Errorf("the fork changed its source: before\n%s\nafter\n%s", before, after)
 	}
 	if res.Revision != rev {
 		t.Errorf("fork at revision %d, want the source's %d", res.Revision, rev)
