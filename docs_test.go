@@ -123,8 +123,8 @@ func TestDocsLinks(t *testing.T) {
 }
 
 // TestDocsConfiguration requires docs/CONFIGURATION.md to name every
-// flag of sett serve that --help shows, as --name, so the page cannot
-// fall behind the flags.
+// flag of sett serve and sett fork that --help shows, as --name, so the
+// page cannot fall behind the flags.
 func TestDocsConfiguration(t *testing.T) {
 	b, err := os.ReadFile("docs/CONFIGURATION.md")
 	if err != nil {
@@ -133,7 +133,7 @@ func TestDocsConfiguration(t *testing.T) {
 	doc := string(b)
 	cfg := embed.NewConfig()
 	var missing []string
-	for _, f := range serveFlagsNoEnv(&cfg) {
+	for _, f := range append(serveFlagsNoEnv(&cfg), forkCommand().Flags...) {
 		if v, ok := f.(cli.VisibleFlag); ok && !v.IsVisible() {
 			continue
 		}
@@ -143,7 +143,7 @@ func TestDocsConfiguration(t *testing.T) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Errorf("docs/CONFIGURATION.md does not list %d flag(s) of sett serve: %s", len(missing), strings.Join(missing, ", "))
+		t.Errorf("docs/CONFIGURATION.md does not list %d flag(s) of sett serve or sett fork: %s", len(missing), strings.Join(missing, ", "))
 	}
 }
 

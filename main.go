@@ -51,6 +51,7 @@ func app() *cli.App {
 			snapshotCommand(),
 			backupCommand(),
 			defragCommand(),
+			forkCommand(),
 			importCommand(),
 			grpcProxyCommand(),
 			{

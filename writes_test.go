@@ -30,6 +30,9 @@ var fileWrites = map[string]string{
 	"engine/badger/lock.go lockDir":             "the lock file, empty: its lock, not its content, is what counts",
 	"engine/badger/wal.go startSegment":         "the write-ahead log: its own records' checksums and syncs, the directory synced",
 	"engine/badger/trim_linux.go clearAccessed": "/proc/self/clear_refs: no file, a request to the kernel",
+	"engine/badger/clone_linux.go cloneFile":    "a fork's clone of its source's file, in a directory marked unfinished until the fork is synced whole (syncfs) and renamed into place",
+	"engine/badger/fork.go copySparse":          "a fork's copy of its source's file, synced, in a directory marked unfinished until the fork is whole and renamed into place",
+	"fork/fork.go identify":                     "a fork's new IDs: synced, the directory synced, in a directory marked unfinished until the fork is renamed into place",
 }
 
 // TestFileWrites: every place the code makes a file is in fileWrites,

@@ -69,6 +69,10 @@ type RestoreOptions struct {
 	Open     snapshot.Opener
 	Progress snapshot.ProgressFunc
 	Log      *slog.Logger
+	// Then, if not nil, runs on the restored store, in the directory it
+	// is built in, once every delta is applied and before it is moved
+	// into place: what it adds is in place with the rest, or nowhere.
+	Then func(tmp string) error
 }
 
 // Restored describes a restore.
@@ -176,6 +180,9 @@ func Restore(ctx context.Context, b *snapshot.Bucket, dir string, p Point, opts 
 	applyDeltas := func(tmp string) error {
 		var err error
 		res, err = applyChain(ctx, b, tmp, pl, p, opts)
+		if err == nil && opts.Then != nil {
+			err = opts.Then(tmp)
+		}
 		return err
 	}
 	if _, err := snapshot.RestoreFromBucketThen(ctx, b, pl.full.name, dir, snapshot.RestoreOptions{Open: opts.Open, Progress: opts.Progress, Log: log}, applyDeltas); err != nil {

@@ -208,6 +208,15 @@ type Config struct {
 	// that revision named. A data dir that is not empty is served as it
 	// is. Badger only: TiKV keeps no data in the data dir.
 	BackupRestoreEmpty bool
+	// ForkFrom is a stopped sett's data dir (a store prepared once, say,
+	// by a test suite) that Start forks into DataDir before it serves it:
+	// DataDir then starts as that store's copy, at its revision, with
+	// member and cluster IDs of its own, and goes its own way; the source
+	// is only read, and any number of servers may fork it at once (see
+	// package fork). DataDir must be missing or empty: a server started
+	// again on its fork is given a Config without ForkFrom. Go programs
+	// only: the command's `sett fork` does the same.
+	ForkFrom string
 
 	// Secrets are values the server never shows, besides SnapshotS3's
 	// secret key and session token: /debug/vars shows the command line
@@ -335,6 +344,9 @@ func (c Config) Validate() error {
 	}
 	if c.BackupRestoreEmpty && (c.SnapshotS3 == nil || c.Engine != "badger") {
 		return errors.New("--backup-restore-empty restores an empty Badger data dir from the --snapshot-s3 bucket: it needs --snapshot-s3, and --engine badger (TiKV keeps no data in the data dir)")
+	}
+	if c.ForkFrom != "" && (c.Engine != "badger" || c.BackupRestoreEmpty) {
+		return errors.New("ForkFrom forks a Badger store into the data dir: it needs --engine badger, and cannot go with --backup-restore-empty")
 	}
 	if c.BackupInterval > 0 && c.SnapshotS3 == nil {
 		return errors.New("--backup-interval ships to a bucket, but --snapshot-s3 is not set")

@@ -139,6 +139,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.ForkFrom != "" {
+		if err := forkInto(ctx, cfg.ForkFrom, dir, log); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Engine == "badger" {
 		if err := snapshot.CheckRestored(dir); err != nil {
 			return nil, err
@@ -172,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	memberID := server.MemberID(cfg.Name)
 	var clusterID uint64
 	if !st.shared {
-		if memberID, clusterID, err = cfg.singleIdentity(ctx, store, log); err != nil {
+		if memberID, clusterID, err = cfg.singleIdentity(ctx, store, storeDir, log); err != nil {
 			return nil, err
 		}
 	}

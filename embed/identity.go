@@ -2,9 +2,11 @@ package embed
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 
+	"github.com/settdb/sett/fork"
 	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/server"
 )
@@ -12,10 +14,19 @@ import (
 // singleIdentity is a single member's member and cluster IDs: those it
 // keeps from its first start, or, on a new data dir, etcd's for the same
 // name, initial cluster, peer URLs and cluster token, kept from then on,
-// as etcd keeps its own. A data dir written before sett kept them goes on
-// with the IDs derived from the name (cluster ID 0 says so to the
-// server), which its member records are keyed by.
-func (c Config) singleIdentity(ctx context.Context, store *mvcc.Store, log *slog.Logger) (member, cluster uint64, err error) {
+// as etcd keeps its own. A fork's first start takes the IDs the fork was
+// given (package fork), in the store dir storeDir. A data dir written
+// before sett kept them goes on with the IDs derived from the name
+// (cluster ID 0 says so to the server), which its member records are
+// keyed by.
+func (c Config) singleIdentity(ctx context.Context, store *mvcc.Store, storeDir string, log *slog.Logger) (member, cluster uint64, err error) {
+	if member, cluster, ok, err := fork.TakeIDs(ctx, storeDir, store); ok || err != nil {
+		if ok {
+			log.Info("a fork's first start: took the member and cluster IDs it was given",
+				"member_id", fmt.Sprintf("%x", member), "cluster_id", fmt.Sprintf("%x", cluster))
+		}
+		return member, cluster, err
+	}
 	id, err := store.Records(mvcc.IdentityTable)
 	if err != nil {
 		return 0, 0, err

@@ -408,3 +408,16 @@ func (s *Store) resolve(t *term, rev int64, applied uint64, nextRev int64, nextA
 	}
 	return false, nil
 }
+
+// Revision returns the revision a store opened on r's engine starts at.
+// exact is false when only opening it can tell: a large request was
+// being written when the store stopped, and opening takes it back (see
+// spillTxn).
+func Revision(r engine.Reader) (rev int64, exact bool, err error) {
+	pending, err := readInt(r, metaPending, 0)
+	if err != nil {
+		return 0, false, err
+	}
+	rev, err = readRev(r)
+	return rev, pending == 0, err
+}

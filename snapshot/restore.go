@@ -35,11 +35,18 @@ type RestoreOptions struct {
 // built in it marked unfinished (see CheckRestored), so a failed or
 // stopped restore leaves no half-filled data directory that looks whole.
 func Restore(path, dir string, opts RestoreOptions) (BackupInfo, error) {
+	return RestoreThen(path, dir, opts, nil)
+}
+
+// RestoreThen is Restore, with then (if not nil) run on the restored
+// store, in the directory it is built in, before it is moved into place
+// at dir: what then changes is in place with the rest, or nowhere.
+func RestoreThen(path, dir string, opts RestoreOptions, then func(tmp string) error) (BackupInfo, error) {
 	tmp, err := beginRestore(dir)
 	if err != nil {
 		return BackupInfo{}, err
 	}
-	return restoreInto(path, dir, tmp, opts, nil)
+	return restoreInto(path, dir, tmp, opts, then)
 }
 
 // restoreInto restores the snapshot at path into tmp, runs then (if not

@@ -251,3 +251,27 @@ func finishMove(tmp, dir string) error {
 	}
 	return unmark(dir, finishingName)
 }
+
+// Build makes a new store at dir as a restore does, for anything else
+// that makes one whole from another (a fork): dir must be missing or
+// empty; build fills the directory it is given (dir itself if it exists,
+// or one beside it), which is marked unfinished from before build runs
+// until it returns, and must leave it synced; the store is then moved
+// into place (see finishAside). A build that fails, or is stopped, is
+// refused at start as an unfinished restore is (CheckRestored), and
+// removed by the next restore or build into dir.
+func Build(dir string, build func(tmp string) error) (err error) {
+	tmp, err := beginRestore(dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, abandon(tmp, dir))
+		}
+	}()
+	if err := build(tmp); err != nil {
+		return err
+	}
+	return finishAside(tmp, dir)
+}

@@ -33,6 +33,22 @@ func lockDir(dir string) (*dirLock, error) {
 	return &dirLock{f: f}, nil
 }
 
+// lockDirShared takes a shared lock on the existing store in dir, which
+// other shared holders may hold too, or returns ErrLocked if a process
+// has it open (see lockDir). The lock file is not created: a directory
+// without one was never opened, and holds no store.
+func lockDirShared(dir string) (*dirLock, error) {
+	f, err := os.Open(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, err
+	}
+	if err := lockFileShared(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data dir %q is in use by another process (is a sett running on it?): %w", dir, ErrLocked)
+	}
+	return &dirLock{f: f}, nil
+}
+
 // release gives up the lock; the file stays, as Badger leaves it. A
 // second release does nothing, as a second Close of the engine does.
 func (l *dirLock) release() error {

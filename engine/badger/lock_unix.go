@@ -14,3 +14,10 @@ import (
 func lockFile(f *os.File) error {
 	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 }
+
+// lockFileShared takes a shared lock on f without waiting: readers of a
+// stopped store (forks) hold it together, and it keeps out an exclusive
+// holder (a server) until they are done.
+func lockFileShared(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+}
