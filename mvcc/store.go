@@ -323,7 +323,7 @@ func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 // Txn runs a transaction. One whose branches only read runs on a
 // snapshot; any other goes through the sequencer.
 func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if readOnly(r) {
+	if ReadOnly(r) {
 		start := time.Now()
 		resp, err := s.readTxn(r)
 		if o := s.observe(); o != nil {

@@ -278,9 +278,10 @@ func (w *writer) runTxn(r *pb.TxnRequest, path []bool, resp *pb.TxnResponse) (in
 	return used, nil
 }
 
-// readOnly reports whether every operation of both branches is a range,
-// so the txn can run on a snapshot instead of the sequencer.
-func readOnly(r *pb.TxnRequest) bool {
+// ReadOnly reports whether every operation of both branches is a range,
+// so the txn can run on a snapshot instead of the sequencer (and, in a
+// server, on any member, as a read).
+func ReadOnly(r *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
 			if op.GetRequestRange() == nil {

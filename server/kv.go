@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/settdb/sett/auth"
+	"github.com/settdb/sett/mvcc"
 )
 
 type kvServer struct {
@@ -114,42 +115,20 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := checkPut(r); err != nil {
 		return nil, err
 	}
-	if err := k.s.admit(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.authorize(ctx, func(ai *auth.Info) error { return k.s.checkPutAuth(ai, r) }); err != nil {
-		return nil, err
-	}
-	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, fctx, err, func() (*pb.PutResponse, error) { return pb.NewKVClient(conn).Put(fctx, r) })
-	}
-	resp, err := k.s.store.Put(ctx, r)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	k.s.fill(resp.Header)
-	return resp, nil
+	return serveWrite(ctx, k.s, k.s.admitted(r, func(ai *auth.Info) error { return k.s.checkPutAuth(ai, r) }),
+		func(ctx context.Context, c pb.KVClient) (*pb.PutResponse, error) { return c.Put(ctx, r) },
+		func(ctx context.Context) (*pb.PutResponse, error) { return k.s.store.Put(ctx, r) })
 }
 
 func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	if err := checkDelete(r); err != nil {
 		return nil, err
 	}
-	if err := k.s.admit(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.authorize(ctx, func(ai *auth.Info) error { return k.s.checkDeleteAuth(ai, r) }); err != nil {
-		return nil, err
-	}
-	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, fctx, err, func() (*pb.DeleteRangeResponse, error) { return pb.NewKVClient(conn).DeleteRange(fctx, r) })
-	}
-	resp, err := k.s.store.DeleteRange(ctx, r)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	k.s.fill(resp.Header)
-	return resp, nil
+	return serveWrite(ctx, k.s, k.s.admitted(r, func(ai *auth.Info) error { return k.s.checkDeleteAuth(ai, r) }),
+		func(ctx context.Context, c pb.KVClient) (*pb.DeleteRangeResponse, error) {
+			return c.DeleteRange(ctx, r)
+		},
+		func(ctx context.Context) (*pb.DeleteRangeResponse, error) { return k.s.store.DeleteRange(ctx, r) })
 }
 
 func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
@@ -163,7 +142,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		return nil, err
 	}
 	check := func(ai *auth.Info) error { return k.s.checkTxnAuth(ai, r) }
-	if txnReadOnly(r) {
+	if mvcc.ReadOnly(r) {
 		var resp *pb.TxnResponse
 		err := k.s.checkedRead(ctx, check, func() error {
 			var err error
@@ -176,48 +155,48 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		k.s.fill(resp.Header)
 		return resp, nil
 	}
-	if err := k.s.admit(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.authorize(ctx, check); err != nil {
-		return nil, err
-	}
-	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, fctx, err, func() (*pb.TxnResponse, error) { return pb.NewKVClient(conn).Txn(fctx, r) })
-	}
-	resp, err := k.s.store.Txn(ctx, r)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	k.s.fill(resp.Header)
-	return resp, nil
+	return serveWrite(ctx, k.s, k.s.admitted(r, check),
+		func(ctx context.Context, c pb.KVClient) (*pb.TxnResponse, error) { return c.Txn(ctx, r) },
+		func(ctx context.Context) (*pb.TxnResponse, error) { return k.s.store.Txn(ctx, r) })
 }
 
 // Compact is an administrator's call: with auth on, only root may.
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	if err := k.s.requireAdmin(ctx); err != nil {
-		return nil, err
+	return serveWrite(ctx, k.s, k.s.requireAdmin,
+		func(ctx context.Context, c pb.KVClient) (*pb.CompactionResponse, error) { return c.Compact(ctx, r) },
+		func(ctx context.Context) (*pb.CompactionResponse, error) { return k.s.store.Compact(ctx, r) })
+}
+
+// serveWrite is the path every write takes once its request is well formed:
+// allow (the alarms, the request's size and the caller's permission),
+// the leader (a follower forwards the request as forward sends it),
+// apply on the store, and etcd's header on the answer.
+func serveWrite[R header](ctx context.Context, s *Server, allow func(context.Context) error,
+	forward func(context.Context, pb.KVClient) (R, error), apply func(context.Context) (R, error)) (R, error) {
+	var zero R
+	if err := allow(ctx); err != nil {
+		return zero, err
 	}
-	if conn, fctx, err := k.s.toLeader(ctx); conn != nil || err != nil {
-		return forwarded(k.s, fctx, err, func() (*pb.CompactionResponse, error) { return pb.NewKVClient(conn).Compact(fctx, r) })
+	if conn, fctx, err := s.toLeader(ctx); conn != nil || err != nil {
+		return forwarded(s, fctx, err, func() (R, error) { return forward(fctx, pb.NewKVClient(conn)) })
 	}
-	resp, err := k.s.store.Compact(ctx, r)
+	resp, err := apply(ctx)
 	if err != nil {
-		return nil, toGRPC(err)
+		return zero, toGRPC(err)
 	}
-	k.s.fill(resp.Header)
+	s.fill(resp.GetHeader())
 	return resp, nil
 }
 
-func txnReadOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
+// admitted is the allow of a write request r that the alarms and the
+// size limit may refuse and that check authorizes.
+func (s *Server) admitted(r proto.Message, check func(*auth.Info) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := s.admit(r); err != nil {
+			return err
 		}
+		return s.authorize(ctx, check)
 	}
-	return true
 }
 
 // header is a response with etcd's header.
