@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/settdb/sett/mvcc"
 	"github.com/settdb/sett/snapshot"
 	"github.com/settdb/sett/snapshot/etcdsnap"
 )
@@ -27,17 +26,9 @@ type maintenanceServer struct {
 	s *Server
 }
 
-// What the Maintenance service needs beyond Store; a store or engine
-// without it answers Unimplemented.
-type (
-	// collector reclaims the engine's free space (Defragment).
-	collector interface{ GC() error }
-	// hasher hashes the store (Hash, HashKV).
-	hasher interface {
-		Hash() (uint32, int64, error)
-		HashKV(rev int64) (mvcc.KVHash, int64, error)
-	}
-)
+// collector is an engine that reclaims its free space (Defragment); an
+// engine without it answers Unimplemented.
+type collector interface{ GC() error }
 
 func unimplemented(what string) error {
 	return status.Errorf(codes.Unimplemented, "%s is not supported by this storage", what)
@@ -121,11 +112,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	if err := m.s.requireAdmin(stream.Context()); err != nil {
 		return err
 	}
-	bs, ok := m.s.store.(snapshot.Exporter) // consistent backups (Snapshot)
-	if !ok {
-		return unimplemented("snapshot")
-	}
-	b, err := snapshot.NewBackup(bs)
+	b, err := snapshot.NewBackup(m.s.store)
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -238,12 +225,8 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 	if err := m.s.requireAdmin(ctx); err != nil {
 		return nil, err
 	}
-	h, ok := m.s.store.(hasher)
-	if !ok {
-		return nil, unimplemented("hash")
-	}
 	defer since(m.s.metrics.hashDuration, time.Now())
-	sum, rev, err := h.Hash()
+	sum, rev, err := m.s.store.Hash()
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -257,12 +240,8 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if err := m.s.requireAdmin(ctx); err != nil {
 		return nil, err
 	}
-	h, ok := m.s.store.(hasher)
-	if !ok {
-		return nil, unimplemented("hashkv")
-	}
 	defer since(m.s.metrics.hashRev, time.Now())
-	kv, rev, err := h.HashKV(r.Revision)
+	kv, rev, err := m.s.store.HashKV(r.Revision)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	epb "go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
 	lpb "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
@@ -134,36 +133,13 @@ type Config struct {
 	PeerURLs []string
 }
 
-// Store is what the server needs of mvcc.
-type Store interface {
-	Range(context.Context, *pb.RangeRequest) (*pb.RangeResponse, error)
-	// RangeChunks streams a range in key order (see mvcc.Store.RangeChunks).
-	RangeChunks(ctx context.Context, r *pb.RangeRequest, chunkBytes int, emit func([]*mvccpb.KeyValue) error) (*pb.RangeResponse, error)
-	Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(context.Context, *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(context.Context, *pb.TxnRequest) (*pb.TxnResponse, error)
-	Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error)
-	Rev() int64
-	AppliedIndex() uint64
-	CompactRev() int64
-	EventsWithin(ctx context.Context, from int64, limit, maxBytes int) ([]mvcc.Event, int64, error)
-	// Keys counts the keys that exist now.
-	Keys() int64
-	// Ping commits an empty write: the write path works.
-	Ping(ctx context.Context) error
-	ttl.Store
-	auth.Backend
-}
-
-var _ Store = (*mvcc.Store)(nil)
-
 // Sizer reports the bytes the storage engine occupies.
 type Sizer interface{ Size() int64 }
 
 // Server is one sett member.
 type Server struct {
 	cfg       Config
-	store     Store
+	store     *mvcc.Store
 	sizer     Sizer
 	election  Election
 	cluster   Cluster // nil unless clustered
@@ -278,7 +254,7 @@ func (c *Config) fill(d Config) {
 // the database size. It opens no socket (cfg.Transport does); an error
 // is a missing transport, or one of what it builds in process: the auth
 // store, the gateway's connection.
-func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Sizer) (*Server, error) {
+func New(cfg Config, store *mvcc.Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Sizer) (*Server, error) {
 	if cfg.Transport == nil {
 		return nil, errors.New("server: no transport to serve on (Config.Transport)")
 	}
@@ -320,9 +296,7 @@ func New(cfg Config, store Store, hub *watch.Hub, lessor *ttl.Lessor, sizer Size
 	}
 	s.alarm = newAlarmSet(s)
 	s.metrics = newMetrics(s)
-	if o, ok := store.(interface{ SetObserver(mvcc.Observer) }); ok {
-		o.SetObserver(s.metrics)
-	}
+	store.SetObserver(s.metrics)
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.ChainUnaryInterceptor(s.metrics.grpc.UnaryServerInterceptor(), s.metrics.unary, s.logSlow),
