@@ -250,11 +250,11 @@ type sample struct {
 	// (sett_value_log_bytes, sett_value_log_gc_seconds_total); 0 for
 	// other servers.
 	valueLog, valueLogGC float64
-	cpu        float64 // percent of one core since the sample before
-	head       int64   // the current revision
-	oldest     int64   // the oldest revision still readable
-	expired    int     // event leases past their TTL, not yet revoked
-	lat        map[string][]time.Duration
+	cpu                  float64 // percent of one core since the sample before
+	head                 int64   // the current revision
+	oldest               int64   // the oldest revision still readable
+	expired              int     // event leases past their TTL, not yet revoked
+	lat                  map[string][]time.Duration
 }
 
 // sampleUntil samples the server every sampleEvery until ctx ends. A
